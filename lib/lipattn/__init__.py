@@ -1,0 +1,17 @@
+"""lipattn: the helper library of *Lipschitz continuity and spectral norms of
+Transformer self-attention*.
+
+One module per concept:
+
+- :mod:`lipattn.softmax` -- the softmax, its Jacobian and the Jacobian's norms;
+- :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation;
+- :mod:`lipattn.widgets` -- explorers: one definition, a live widget in a kernel
+  and a precomputed frame player on the static site;
+- :mod:`lipattn.plotting` -- the book's plot style;
+- :mod:`lipattn.quiz` -- self-check quizzes that work with and without a kernel.
+
+Conventions: tokens are rows, softmax acts on the last axis, and ``vec`` is
+row-major throughout.
+"""
+
+__version__ = "0.1.0"

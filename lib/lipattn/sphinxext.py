@@ -1,0 +1,95 @@
+"""Sphinx extension used by the book's build (listed in ``_config.yml``).
+
+It does two things that ``_config.yml`` alone cannot:
+
+1. **No stale outputs.** jupyter-cache keys a notebook on its code cells
+   only, so a change to ``lib/`` or ``requirements.txt`` would leave old
+   outputs in the book. This extension hashes the watched inputs
+   (``lipattn_watch``) and points myst-nb's execution cache at a folder named
+   by that hash, and marks every document outdated when the hash changes,
+   so the chapters are executed again with the new library.
+2. **MathJax served from the site.** MathJax 3 comes from the
+   ``django-static-mathjax`` package (pinned in ``requirements.txt``) and is
+   copied into ``_build/html/_static/mathjax``; the pages load it from there,
+   so formulas typeset without internet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+__all__ = ["inputs_hash", "setup"]
+
+_WATCHED_SUFFIXES = {".py", ".mplstyle", ".css", ".js", ".txt", ".toml", ".cfg"}
+
+
+def inputs_hash(root: Path, watch: list[str]) -> str:
+    """SHA-256 over the watched files and folders under ``root``.
+
+    Parameters
+    ----------
+    root : Path
+        The book's source folder.
+    watch : list of str
+        Files or folders relative to ``root``; folders contribute every file
+        with a source-like suffix, in sorted order, skipping caches.
+
+    Returns
+    -------
+    str
+        The hex digest (64 characters).
+    """
+    digest = hashlib.sha256()
+    for entry in watch:
+        path = root / entry
+        files = [path] if path.is_file() else sorted(
+            p for p in path.rglob("*")
+            if p.is_file() and p.suffix in _WATCHED_SUFFIXES and "__pycache__" not in p.parts
+            and not any(part.endswith(".egg-info") for part in p.parts)
+        )
+        for f in files:
+            digest.update(f.relative_to(root).as_posix().encode())
+            digest.update(b"\0")
+            digest.update(f.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _config_inited(app: Any, config: Any) -> None:
+    root = Path(app.srcdir)
+    digest = inputs_hash(root, list(config.lipattn_watch))
+    app.lipattn_inputs_hash = digest
+    base = Path(config.nb_execution_cache_path or Path(app.outdir).parent / ".jupyter_cache")
+    # One cache folder per state of the library; drop the folders of older states.
+    if base.name.startswith("lib-"):
+        base = base.parent
+    if base.is_dir():
+        for old in base.glob("lib-*"):
+            if old.name != f"lib-{digest[:16]}":
+                shutil.rmtree(old, ignore_errors=True)
+    config.nb_execution_cache_path = str(base / f"lib-{digest[:16]}")
+
+    import mathjax  # from django-static-mathjax
+
+    static = Path(mathjax.__file__).parent / "static"
+    config.html_static_path = [*config.html_static_path, str(static)]
+    config.mathjax_path = "mathjax/es5/tex-chtml.js"
+
+
+def _env_get_outdated(app: Any, env: Any, added: set, changed: set, removed: set) -> list[str]:
+    digest = app.lipattn_inputs_hash
+    if getattr(env, "lipattn_inputs_hash", None) == digest:
+        return []
+    env.lipattn_inputs_hash = digest
+    return sorted(env.found_docs)
+
+
+def setup(app: Any) -> dict[str, Any]:
+    """Register the extension with Sphinx."""
+    app.add_config_value("lipattn_watch", ["lib", "requirements.txt"], "env")
+    app.connect("config-inited", _config_inited, priority=900)
+    app.connect("env-get-outdated", _env_get_outdated)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -1,0 +1,330 @@
+"""Figures, experiments and explorers of the softmax-Jacobian chapter.
+
+Everything is computed with :mod:`lipattn.softmax`; this module only arranges
+it. Randomness comes from ``np.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator
+
+from .. import plotting
+from .._validate import as_int_at_least
+from ..softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
+from ..widgets import Explorer, Slider, register
+
+__all__ = [
+    "SearchResult",
+    "norm_search",
+    "fig_norm_search",
+    "simplex_grid",
+    "fig_simplex",
+    "lipschitz_ratios",
+    "fig_lipschitz_ratios",
+    "LogitsExplorer",
+    "SaturationExplorer",
+]
+
+
+# --------------------------------------------------------------------------
+# Random and adversarial search for the largest ||J||_2
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SearchResult:
+    """Outcome of :func:`norm_search`.
+
+    Attributes
+    ----------
+    random : ndarray, shape (trials,)
+        ``||J(z)||_2`` for random logits ``z = s * g`` with ``g ~ N(0, I_n)``
+        and a log-uniform scale ``s`` in ``[1e-2, 1e2]``.
+    adversarial : ndarray, shape (steps,)
+        Best ``||J||_2`` so far of a hill climb that starts from random logits
+        and keeps any perturbation that increases the norm.
+    best_logits : ndarray, shape (n,)
+        The logits where the hill climb ended.
+    """
+
+    random: np.ndarray
+    adversarial: np.ndarray
+    best_logits: np.ndarray
+
+
+def norm_search(n: int = 6, trials: int = 20000, steps: int = 3000, seed: int = 0) -> SearchResult:
+    """Search for logits with a large softmax-Jacobian spectral norm.
+
+    Parameters
+    ----------
+    n : int
+        Number of logits (>= 2).
+    trials : int
+        Number of random logit vectors (>= 1).
+    steps : int
+        Number of hill-climbing steps (>= 1).
+    seed : int
+        Seed of ``np.random.default_rng``.
+
+    Returns
+    -------
+    SearchResult
+    """
+    n = as_int_at_least(n, "n", 2)
+    trials = as_int_at_least(trials, "trials", 1)
+    steps = as_int_at_least(steps, "steps", 1)
+    rng = np.random.default_rng(seed)
+    scales = 10.0 ** rng.uniform(-2, 2, size=(trials, 1))
+    random = softmax_jacobian_norm(scales * rng.standard_normal((trials, n)))
+
+    z = 3.0 * rng.standard_normal(n)
+    best = float(softmax_jacobian_norm(z))
+    history = np.empty(steps)
+    step = 1.0
+    for t in range(steps):
+        cand = z + step * rng.standard_normal(n)
+        val = float(softmax_jacobian_norm(cand))
+        if val > best:
+            z, best = cand, val
+        else:
+            step = max(step * 0.995, 1e-3)
+        history[t] = best
+    return SearchResult(random=random, adversarial=history, best_logits=z)
+
+
+def fig_norm_search(result: SearchResult) -> Figure:
+    """Histogram of the random search and the hill climb's best-so-far curve."""
+    fig, (ax1, ax2) = plotting.figure(2, width=9.0, height=3.0)
+    ax1.hist(result.random, bins=60, color="C0", alpha=0.8)
+    ax1.axvline(0.5, color=plotting.HALF_COLOR, ls="--", label="1/2")
+    ax1.set_xlabel(r"$\|J(z)\|_2$ for random logits")
+    ax1.set_ylabel("count")
+    ax1.set_xlim(0, 0.55)
+    ax1.legend(loc="upper left")
+    steps = np.arange(1, result.adversarial.size + 1)
+    ax2.plot(steps, result.adversarial, color="C1", label="hill climb, best so far")
+    ax2.axhline(0.5, color=plotting.HALF_COLOR, ls="--", label="1/2")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("step")
+    ax2.set_ylabel(r"$\|J\|_2$")
+    ax2.set_ylim(0, 0.55)
+    ax2.legend(loc="lower right")
+    return fig
+
+
+# --------------------------------------------------------------------------
+# ||J||_2 over the probability simplex for n = 3
+# --------------------------------------------------------------------------
+def simplex_grid(resolution: int = 120) -> tuple[np.ndarray, np.ndarray]:
+    """``||J||_2`` at the interior points of a barycentric grid of the 2-simplex.
+
+    Parameters
+    ----------
+    resolution : int
+        Grid points per edge (>= 4).
+
+    Returns
+    -------
+    p : ndarray, shape (m, 3)
+        Interior probability vectors ``(i, j, k) / resolution``.
+    norms : ndarray, shape (m,)
+        ``||diag(p) - p p^T||_2`` at each, computed from the logits ``log p``.
+    """
+    r = as_int_at_least(resolution, "resolution", 4)
+    idx = [(i, j, r - i - j) for i in range(1, r) for j in range(1, r - i)]
+    p = np.array(idx, dtype=float) / r
+    return p, softmax_jacobian_norm(np.log(p))
+
+
+def fig_simplex(resolution: int = 120) -> Figure:
+    """Heatmap of ``||J||_2`` over the simplex, with the centre and edge midpoints."""
+    p, norms = simplex_grid(resolution)
+    corners = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, np.sqrt(3) / 2]])
+    xy = p @ corners
+    fig, ax = plotting.figure(1, width=5.6, height=4.2)
+    tpc = ax.tripcolor(xy[:, 0], xy[:, 1], norms, shading="gouraud", cmap="viridis",
+                       vmin=0, vmax=0.5)
+    fig.colorbar(tpc, ax=ax, label=r"$\|J\|_2$")
+    ax.plot(*np.vstack([corners, corners[:1]]).T, color="k", lw=1)
+    mids = (corners + np.roll(corners, -1, axis=0)) / 2
+    ax.plot(mids[:, 0], mids[:, 1], "o", color="C3", ms=7,
+            label="edge midpoints (norm → 1/2)")
+    ax.plot(*corners.mean(axis=0), "s", color="w", mec="k", ms=7, label="centre (norm 1/3)")
+    for name, (x, y), dx, dy in zip(("$p_1=1$", "$p_2=1$", "$p_3=1$"), corners,
+                                    (-0.06, 0.06, 0.0), (-0.05, -0.05, 0.04), strict=True):
+        ax.text(x + dx, y + dy, name, ha="center", va="center")
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    ax.legend(loc="upper right", bbox_to_anchor=(1.02, 1.02))
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Lipschitz ratios: the constant is 1/2 in l2 and l-inf, whatever n is
+# --------------------------------------------------------------------------
+def lipschitz_ratios(ns: tuple[int, ...] = (2, 4, 16, 64, 256, 1024), pairs: int = 4000,
+                     seed: int = 0) -> dict[str, np.ndarray]:
+    """Largest observed ``||softmax(x) - softmax(y)|| / ||x - y||`` for each ``n``.
+
+    The pairs are random logits ``x`` plus small and large perturbations, and
+    near-tie pairs ``x = (t, t, -30, ...)`` with ``y = x + eps (1, -1, 0, ...)``,
+    where the ratio approaches 1/2.
+
+    Returns
+    -------
+    dict with keys ``"n"``, ``"l2"``, ``"linf"`` (ndarrays of shape (len(ns),)).
+    """
+    rng = np.random.default_rng(seed)
+    out = {"n": np.asarray(ns), "l2": np.empty(len(ns)), "linf": np.empty(len(ns))}
+    for k, n in enumerate(ns):
+        n = as_int_at_least(n, "ns", 2)
+        x = 3.0 * rng.standard_normal((pairs, n))
+        dx = 10.0 ** rng.uniform(-4, 1, size=(pairs, 1)) * rng.standard_normal((pairs, n))
+        tie = np.full((1, n), -30.0)
+        tie[0, :2] = 0.0
+        dtie = np.zeros((1, n))
+        dtie[0, :2] = [1e-4, -1e-4]
+        x = np.vstack([x, tie])
+        dx = np.vstack([dx, dtie])
+        diff = softmax(x + dx) - softmax(x)
+        out["l2"][k] = np.max(np.linalg.norm(diff, axis=1) / np.linalg.norm(dx, axis=1))
+        out["linf"][k] = np.max(np.abs(diff).max(axis=1) / np.abs(dx).max(axis=1))
+    return out
+
+
+def fig_lipschitz_ratios(ratios: dict[str, np.ndarray]) -> Figure:
+    """The observed ratios against the true constant 1/2 and the loose sqrt(n)."""
+    fig, ax = plotting.figure(1, width=6.5, height=3.2)
+    n = ratios["n"]
+    ax.plot(n, ratios["l2"], "o-", label=r"largest $\ell_2$ ratio observed")
+    ax.plot(n, ratios["linf"], "s--", label=r"largest $\ell_\infty$ ratio observed")
+    ax.plot(n, np.sqrt(n), ":", color=plotting.ONE_COLOR, label=r"claimed bound $\sqrt{n}$")
+    ax.axhline(0.5, color=plotting.HALF_COLOR, ls="--", label="true constant 1/2")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("number of logits n")
+    ax.set_ylabel(r"$\|\sigma(x)-\sigma(y)\| \,/\, \|x-y\|$")
+    ax.legend(loc="upper left")
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Explorers
+# --------------------------------------------------------------------------
+_BASE_LOGITS = np.array([0.0, 1.0, 0.5, 0.0, -1.0])
+
+
+@register
+class LogitsExplorer(Explorer):
+    """Move one logit and the temperature; watch p, J and the spectrum of J."""
+
+    name = "softmax-logits"
+    title = "Logits and temperature: p, the Jacobian J, and its eigenvalues"
+    slider_specs = (
+        Slider("z1", tuple(np.round(np.arange(-3.0, 6.01, 0.75), 2)), label="logit z₁", default=1.5),
+        Slider("tau", (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0), label="temperature τ",
+               default=1.0),
+    )
+    width, height = 9.6, 3.3
+
+    def setup(self, fig: Figure):
+        n = _BASE_LOGITS.size
+        ax_p, ax_j, ax_e = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1.05, 1]})
+        self._bars = ax_p.bar(np.arange(1, n + 1), np.zeros(n), color="C0")
+        ax_p.set_ylim(0, 1)
+        ax_p.set_xticks(np.arange(1, n + 1))
+        ax_p.set_xlabel("token i")
+        ax_p.set_title(r"$p = \mathrm{softmax}(z/\tau)$")
+        self._im = ax_j.imshow(np.zeros((n, n)), vmin=-0.5, vmax=0.5, cmap="RdBu_r")
+        ax_j.set_xticks(range(n), [str(i) for i in range(1, n + 1)])
+        ax_j.set_yticks(range(n), [str(i) for i in range(1, n + 1)])
+        ax_j.grid(False)
+        ax_j.set_title(r"$J = (\mathrm{diag}(p) - pp^\top)/\tau$")
+        fig.colorbar(self._im, ax=ax_j, shrink=0.85, extend="both")
+        ax_e.axhline(1.0, color=plotting.ONE_COLOR, ls=":", label="1 (loose bound)")
+        ax_e.axhline(0.5, color=plotting.HALF_COLOR, ls="--", label="1/2")
+        (self._tau_line,) = ax_e.plot([-0.5, n - 0.5], [0.5, 0.5], color="C1", ls="-.",
+                                      label=r"$1/(2\tau)$")
+        (self._eig,) = ax_e.plot(np.arange(n), np.zeros(n), "o", color="C0", ms=7,
+                                 label="eigenvalues of J")
+        ax_e.set_xlim(-0.5, n - 0.5)
+        ax_e.set_ylim(-0.05, 2.1)
+        ax_e.xaxis.set_major_locator(FixedLocator(range(n)))
+        ax_e.set_xticklabels([f"λ{i}" for i in range(1, n + 1)])
+        ax_e.set_title(r"spectrum of J, $\lambda_1 \geq \dots \geq \lambda_5$")
+        ax_e.legend(loc="upper right", fontsize=8)
+        self._text = ax_e.text(0.97, 0.74, "", transform=ax_e.transAxes, ha="right", va="top",
+                               fontsize=9, bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        return [*self._bars, self._im, self._tau_line, self._eig, self._text]
+
+    def update(self, z1: float, tau: float) -> None:
+        z = _BASE_LOGITS.copy()
+        z[0] = z1
+        p = softmax(z, temperature=tau)
+        jac = softmax_jacobian(z, temperature=tau)
+        for bar, h in zip(self._bars, p, strict=True):
+            bar.set_height(h)
+        self._im.set_data(jac)
+        self._eig.set_ydata(np.linalg.eigvalsh(jac)[::-1])
+        self._tau_line.set_ydata([0.5 / tau, 0.5 / tau])
+        norm = float(softmax_jacobian_norm(z, temperature=tau))
+        self._text.set_text(f"‖J‖₂ = {norm:.3f}\n1/(2τ) = {0.5 / tau:.3f}\nmax p = {p.max():.3f}")
+
+
+_SAT_LOGITS = np.random.default_rng(0).standard_normal(8)
+_SAT_SCALES = tuple(float(f"{a:.3g}") for a in np.geomspace(0.05, 50.0, 31))
+
+
+@register
+class SaturationExplorer(Explorer):
+    """Scale fixed logits up; the softmax saturates and ``||J||_2`` vanishes."""
+
+    name = "softmax-saturation"
+    title = "Saturation: scale the logits z = a·z₀ and watch ‖J‖₂ vanish"
+    slider_specs = (Slider("scale", _SAT_SCALES, label="scale a", default=_SAT_SCALES[10]),)
+    width, height = 9.6, 3.2
+
+    def setup(self, fig: Figure):
+        n = _SAT_LOGITS.size
+        ax_p, ax_c = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.6]})
+        self._bars = ax_p.bar(np.arange(1, n + 1), np.zeros(n), color="C0")
+        ax_p.set_ylim(0, 1)
+        ax_p.set_xticks(np.arange(1, n + 1))
+        ax_p.set_xlabel("token (sorted by p)")
+        ax_p.set_title(r"$p = \mathrm{softmax}(a z_0)$, $n = 8$")
+        grid = np.geomspace(0.02, 80.0, 300)
+        z = grid[:, None] * _SAT_LOGITS[None, :]
+        p = softmax(z)
+        curves = {
+            r"$\|J\|_2$": softmax_jacobian_norm(z),
+            r"entropy $H(p)/\ln n$": entropy(p) / np.log(n),
+            r"$\max\, p$": p.max(axis=1),
+        }
+        for (label, y), color in zip(curves.items(), ("C0", "C1", "C3"), strict=True):
+            ax_c.plot(grid, y, color=color, label=label)
+        ax_c.axhline(0.5, color=plotting.HALF_COLOR, ls="--", lw=1, label="1/2")
+        ax_c.set_xscale("log")
+        ax_c.set_xlim(grid[0], grid[-1])
+        ax_c.set_ylim(-0.02, 1.05)
+        ax_c.set_xlabel("logit scale a (log axis)")
+        ax_c.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8.5)
+        self._vline = ax_c.axvline(1.0, color="k", lw=1)
+        (self._dots,) = ax_c.plot([1, 1, 1], [0, 0, 0], "o", color="k", ms=5)
+        self._text = ax_c.text(0.98, 0.5, "", transform=ax_c.transAxes, ha="right",
+                               va="center", fontsize=9,
+                               bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        return [*self._bars, self._vline, self._dots, self._text]
+
+    def update(self, scale: float) -> None:
+        z = scale * _SAT_LOGITS
+        p = softmax(z)
+        for bar, h in zip(self._bars, np.sort(p)[::-1], strict=True):
+            bar.set_height(h)
+        norm = float(softmax_jacobian_norm(z))
+        h = float(entropy(p)) / np.log(p.size)
+        self._vline.set_xdata([scale, scale])
+        self._dots.set_data([scale] * 3, [norm, h, p.max()])
+        self._text.set_text(f"a = {scale:.3g}\n‖J‖₂ = {norm:.3g}\nH/ln n = {h:.3g}\n"
+                            f"max p = {p.max():.3g}")

@@ -1,0 +1,373 @@
+"""Explorers: one definition, two renderings.
+
+An explorer is a small object defined by
+
+- ``sliders``: an ordered mapping *name -> the values that slider can take*;
+- ``render(**values)``: recompute with :mod:`lipattn` and redraw one
+  matplotlib figure *in place*, returning the frame as PNG bytes.
+
+It is shown in two ways from the same ``render``:
+
+- **in a live kernel**, as ipywidgets sliders driving an ``ipywidgets.Image``
+  that receives the PNG bytes of every new frame;
+- **on the static site**, as a precomputed *frame player*: the same sliders as
+  HTML ``<input type=range>`` controls that swap frames rendered at build time
+  for every slider position (the full grid when there are several sliders).
+
+Displaying an explorer emits one output whose mime bundle carries both: the
+widget view and ``text/html``. The book's ``_config.yml`` tells myst-nb to
+prefer ``text/html``, so the website shows the player while JupyterLab shows
+the live widget.
+
+Speed comes from blitting: the axes, ticks and labels are drawn once into a
+cached background; a frame restores that background and draws only the
+artists that change (axis limits are fixed per explorer), then encodes the
+RGBA buffer with a fast PNG setting.
+
+Every explorer factory is registered in :data:`EXPLORERS` so tests and
+benchmarks can iterate over all of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import itertools
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from matplotlib.artist import Artist
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from PIL import Image
+
+from . import plotting
+
+__all__ = ["Slider", "Explorer", "EXPLORERS", "register", "get_explorer"]
+
+#: name -> factory returning a fresh explorer. Filled by :func:`register`.
+EXPLORERS: dict[str, Callable[[], Explorer]] = {}
+
+_PLAYER_JS = """
+(function () {
+  var root = document.currentScript.parentElement;
+  var data = JSON.parse(root.querySelector("script.lp-data").textContent);
+  var img = root.querySelector("img.lp-frame");
+  var inputs = root.querySelectorAll("input.lp-range");
+  function show() {
+    var flat = 0;
+    for (var i = 0; i < inputs.length; i++) {
+      var k = parseInt(inputs[i].value, 10);
+      flat = flat * data.shape[i] + k;
+      inputs[i].parentElement.querySelector("output").textContent = data.labels[i][k];
+      inputs[i].setAttribute("aria-valuetext", data.labels[i][k]);
+    }
+    img.src = "data:" + data.mime + ";base64," + data.images[data.frames[flat]];
+    root.setAttribute("data-frame", String(flat));
+  }
+  for (var i = 0; i < inputs.length; i++) { inputs[i].addEventListener("input", show); }
+})();
+"""
+
+_PLAYER_CSS = """
+.lipattn-player { border: 1px solid #d0d7de; border-radius: 6px; padding: 0.6em 0.8em;
+  margin: 0.8em 0; background: #fff; }
+.lipattn-player .lp-title { font-weight: 600; margin-bottom: 0.3em; }
+.lipattn-player .lp-controls { display: flex; flex-wrap: wrap; gap: 0.4em 1.6em;
+  margin-bottom: 0.4em; }
+.lipattn-player label { display: flex; align-items: center; gap: 0.5em; font-size: 0.92em; }
+.lipattn-player input[type=range] { width: 13em; }
+.lipattn-player output { font-family: var(--pst-font-family-monospace, monospace);
+  min-width: 4.5em; }
+.lipattn-player img.lp-frame { max-width: 100%; height: auto; display: block; }
+.lipattn-player .lp-note { font-size: 0.8em; color: #57606a; margin-top: 0.2em; }
+"""
+
+
+def _default_fmt(value: Any) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "on" if value else "off"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.3g}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Slider:
+    """One slider of an explorer.
+
+    Parameters
+    ----------
+    name : str
+        Keyword of ``render`` that this slider sets.
+    values : sequence
+        The values the slider can take, in slider order (at least 2).
+    label : str, optional
+        What the reader sees next to the slider (defaults to ``name``).
+    default : object, optional
+        Initial value; must be one of ``values`` (defaults to the first).
+    fmt : callable, optional
+        Formats a value for display.
+    """
+
+    name: str
+    values: Sequence[Any]
+    label: str | None = None
+    default: Any = None
+    fmt: Callable[[Any], str] = field(default=_default_fmt)
+
+    def __post_init__(self) -> None:
+        if len(self.values) < 2:
+            raise ValueError(f"slider {self.name!r} needs at least 2 values; got {len(self.values)}")
+        if self.default is not None and self.index(self.default) < 0:
+            raise ValueError(f"slider {self.name!r}: default {self.default!r} is not among its values")
+
+    def index(self, value: Any) -> int:
+        """Position of ``value`` among the slider's values, or -1."""
+        for i, v in enumerate(self.values):
+            if v is value or v == value:
+                return i
+        return -1
+
+    @property
+    def initial(self) -> Any:
+        return self.values[0] if self.default is None else self.default
+
+    @property
+    def text(self) -> str:
+        return self.label or self.name
+
+
+class Explorer:
+    """Base class of every explorer.
+
+    Subclasses set ``name``, ``title`` and ``slider_specs`` and implement
+
+    - :meth:`setup` -- build the axes and artists of ``self.fig`` with fixed
+      limits, returning the artists that change between frames;
+    - :meth:`update` -- recompute with :mod:`lipattn` and set the data of
+      those artists for the given slider values.
+
+    Everything else (blitting, PNG encoding, the live widget, the static
+    player) lives here.
+    """
+
+    name: str = "explorer"
+    title: str = ""
+    slider_specs: tuple[Slider, ...] = ()
+    width: float = 9.0
+    height: float = 3.2
+
+    def __init__(self) -> None:
+        plotting.use_style()
+        self.fig = Figure(figsize=(self.width, self.height), dpi=100, layout="constrained")
+        self.canvas = FigureCanvasAgg(self.fig)
+        self._specs = {s.name: s for s in self.slider_specs}
+        self.artists: list[Artist] = list(self.setup(self.fig))
+        for a in self.artists:
+            a.set_animated(True)
+        # Layout once with the first frame's data, then freeze the layout so
+        # that later frames cannot move the axes.
+        self.update(**self.defaults)
+        self.canvas.draw()
+        self.fig.set_layout_engine("none")
+        self.canvas.draw()
+        self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+
+    # -- to be provided by subclasses -------------------------------------
+    def setup(self, fig: Figure) -> Iterable[Artist]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def update(self, **values: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- the definition ----------------------------------------------------
+    @property
+    def sliders(self) -> dict[str, tuple[Any, ...]]:
+        """name -> the values that slider can take (in slider order)."""
+        return {s.name: tuple(s.values) for s in self.slider_specs}
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """name -> the initial value of each slider."""
+        return {s.name: s.initial for s in self.slider_specs}
+
+    def _check(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(values) - set(self._specs)
+        if unknown:
+            raise TypeError(
+                f"{self.name}.render got unknown slider(s) {sorted(unknown)}; "
+                f"expected some of {list(self._specs)}"
+            )
+        full = self.defaults | dict(values)
+        for key, val in full.items():
+            if self._specs[key].index(val) < 0:
+                raise ValueError(
+                    f"{key} must be one of the slider's values {list(self._specs[key].values)}; "
+                    f"got {val!r}"
+                )
+        return full
+
+    # -- one frame ---------------------------------------------------------
+    def draw(self, **values: Any) -> None:
+        """Update the artists for ``values`` and blit them onto the canvas."""
+        self.update(**self._check(values))
+        self.canvas.restore_region(self._background)
+        for a in self.artists:
+            self.fig.draw_artist(a)
+
+    def rgba(self) -> np.ndarray:
+        """The current frame, ndarray of uint8, shape (height, width, 4)."""
+        return np.asarray(self.canvas.buffer_rgba())
+
+    def render(self, **values: Any) -> bytes:
+        """Recompute, redraw in place and return the frame as PNG bytes.
+
+        Sliders left out keep their default values. Unknown names raise
+        ``TypeError``; values that the slider cannot take raise ``ValueError``.
+        """
+        self.draw(**values)
+        buf = io.BytesIO()
+        Image.fromarray(self.rgba()[..., :3]).save(buf, format="PNG", compress_level=1)
+        return buf.getvalue()
+
+    def frame_for_site(self, **values: Any) -> bytes:
+        """The frame for the static player, encoded once at build time.
+
+        The same pixels that :meth:`render` draws, reduced to a 128-colour
+        palette (octree, no dithering) and stored as lossless WebP: about a
+        fifth of the PNG's size, which keeps a chapter with its frames under
+        3 MB.
+        """
+        self.draw(**values)
+        palette = Image.fromarray(self.rgba()[..., :3]).quantize(
+            128, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+        buf = io.BytesIO()
+        palette.save(buf, format="WEBP", lossless=True, quality=50, method=2)
+        return buf.getvalue()
+
+    def grid(self) -> Iterable[dict[str, Any]]:
+        """Every combination of slider values, row-major in slider order."""
+        names = [s.name for s in self.slider_specs]
+        for combo in itertools.product(*(s.values for s in self.slider_specs)):
+            yield dict(zip(names, combo, strict=True))
+
+    # -- static rendering --------------------------------------------------
+    def player_html(self) -> str:
+        """The self-contained frame player (HTML, CSS and a few lines of JS)."""
+        images: list[str] = []
+        seen: dict[str, int] = {}
+        frames: list[int] = []
+        for values in self.grid():
+            data = self.frame_for_site(**values)
+            key = hashlib.sha1(data).hexdigest()
+            if key not in seen:
+                seen[key] = len(images)
+                images.append(base64.b64encode(data).decode("ascii"))
+            frames.append(seen[key])
+        specs = self.slider_specs
+        shape = [len(s.values) for s in specs]
+        labels = [[s.fmt(v) for v in s.values] for s in specs]
+        start = [s.index(s.initial) for s in specs]
+        flat = int(np.ravel_multi_index(start, shape))
+        payload = {"shape": shape, "labels": labels, "frames": frames, "images": images,
+                   "mime": "image/webp"}
+        controls = "".join(
+            f'<label><span>{html.escape(s.text)}</span>'
+            f'<input class="lp-range" type="range" min="0" max="{len(s.values) - 1}" step="1" '
+            f'value="{k}" data-name="{html.escape(s.name)}" aria-label="{html.escape(s.text)}">'
+            f"<output>{html.escape(labels[i][k])}</output></label>"
+            for i, (s, k) in enumerate(zip(specs, start, strict=True))
+        )
+        n_frames = len(frames)
+        return (
+            f"<style>{_PLAYER_CSS}</style>"
+            f'<div class="lipattn-player" data-explorer="{html.escape(self.name)}" '
+            f'data-frame="{flat}">'
+            f'<div class="lp-title">{html.escape(self.title)}</div>'
+            f'<div class="lp-controls">{controls}</div>'
+            f'<img class="lp-frame" alt="{html.escape(self.title)}" '
+            f'src="data:image/webp;base64,{images[frames[flat]]}">'
+            f'<div class="lp-note">Precomputed player: {n_frames} frames rendered by '
+            f"<code>lipattn</code> when the book was built. Run the page as a notebook "
+            f"(<code>make lab</code>) for the live widget.</div>"
+            f'<script type="application/json" class="lp-data">{json.dumps(payload)}</script>'
+            f"<script>{_PLAYER_JS}</script>"
+            f"</div>"
+        )
+
+    # -- live rendering ----------------------------------------------------
+    def widget(self):
+        """The live ipywidgets view: one selection slider per slider and an Image.
+
+        The Image receives the same kind of PNG bytes that :meth:`render`
+        returns, so the live view and the static player show the same frames.
+        """
+        import ipywidgets as w
+
+        image = w.Image(value=self.render(), format="png",
+                        layout=w.Layout(max_width="100%", height="auto"))
+        controls = {
+            s.name: w.SelectionSlider(
+                options=[(s.fmt(v), v) for v in s.values], value=s.initial,
+                description=s.text, continuous_update=True,
+                style={"description_width": "initial"}, layout=w.Layout(width="22em"),
+            )
+            for s in self.slider_specs
+        }
+
+        def redraw(_change: Any) -> None:
+            image.value = self.render(**{k: c.value for k, c in controls.items()})
+
+        for ctl in controls.values():
+            ctl.observe(redraw, names="value")
+        return w.VBox([
+            w.HTML(f"<b>{html.escape(self.title)}</b>"),
+            w.HBox(list(controls.values()), layout=w.Layout(flex_flow="row wrap")),
+            image,
+        ])
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = {"text/plain": f"<{type(self).__name__} explorer {self.name!r}>"}
+        try:
+            import ipywidgets  # noqa: F401
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover - the book's environment has both
+            get_ipython = None  # type: ignore[assignment]
+        if get_ipython is not None and get_ipython() is not None and hasattr(
+            get_ipython(), "kernel"
+        ):
+            view = self.widget()._repr_mimebundle_()
+            if view:
+                bundle.update(view)
+        bundle["text/html"] = self.player_html()
+        return bundle
+
+
+def register(factory: Callable[[], Explorer]) -> Callable[[], Explorer]:
+    """Register an explorer factory under its class's ``name``."""
+    name = getattr(factory, "name", None) or factory.__name__
+    if name in EXPLORERS:
+        raise ValueError(f"an explorer named {name!r} is already registered")
+    EXPLORERS[name] = factory
+    return factory
+
+
+def get_explorer(name: str) -> Explorer:
+    """Build a fresh explorer by its registered name."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str; got {type(name).__name__}")
+    if name not in EXPLORERS:
+        raise ValueError(f"name must be one of {sorted(EXPLORERS)}; got {name!r}")
+    return EXPLORERS[name]()
+
+
+# Importing the concrete explorers fills the registry.
+from . import viz  # noqa: E402,F401

@@ -1,0 +1,52 @@
+"""Static checks of the built site (`make html` first; `make test` does)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.book
+
+PAGES = ["chapters/intro.html", "chapters/01_softmax_jacobian.html",
+         "chapters/02_scaling_saturation.html", "chapters/references.html"]
+MAX_PAGE_BYTES = 3 * 1024 * 1024
+
+
+def _page(html_dir: Path, rel: str) -> str:
+    path = html_dir / rel
+    assert path.is_file(), f"{rel} was not built"
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_has_no_external_assets_and_no_widget_placeholders(built_html, rel):
+    page = _page(built_html, rel)
+    external = re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?:)?//[^"]+"', page)
+    assert not external, external
+    for bad in ("Loading widget", "interactive(", "jupyter-widgets", "THEBE", "thebe"):
+        assert bad not in page, bad
+    assert "_static/mathjax/es5/tex-chtml.js" in page
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_weight_with_its_frames_and_figures(built_html, rel):
+    """The page's HTML (frames are inlined) plus the images it alone uses."""
+    page = _page(built_html, rel)
+    images = set(re.findall(r'src="(?:\.\./)?(_images/[^"]+)"', page))
+    total = len(page.encode()) + sum((built_html / i).stat().st_size for i in images)
+    assert total <= MAX_PAGE_BYTES, f"{rel}: {total / 1e6:.2f} MB"
+
+
+def test_explorers_appear_as_players(built_html):
+    ch1 = _page(built_html, PAGES[1])
+    assert ch1.count('class="lipattn-player"') >= 2
+    ch2 = _page(built_html, PAGES[2])
+    assert ch2.count('class="lipattn-player"') >= 2
+
+
+def test_vendored_assets_are_not_injected_everywhere(built_html):
+    """Only tex-chtml.js of MathJax is loaded by a page, not every MathJax file."""
+    page = _page(built_html, PAGES[0])
+    assert len(re.findall(r"mathjax/", page)) == 1

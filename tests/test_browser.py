@@ -1,0 +1,141 @@
+"""The built pages in a real browser (Debian's headless Chromium).
+
+Checks what a reader sees: formulas typeset, no request leaving the site,
+no console errors, every explorer's player present and each slider changing
+the displayed frame. Screenshots land in _build/screenshots for a human look.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+PAGES = {  # page -> least number of explorers on it
+    "chapters/intro.html": 0,
+    "chapters/01_softmax_jacobian.html": 2,
+    "chapters/02_scaling_saturation.html": 2,
+    "chapters/references.html": 0,
+}
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(built_html: Path):
+    handler = functools.partial(_QuietHandler, directory=str(built_html))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = shutil.which("chromium")
+    chromedriver = shutil.which("chromedriver")
+    if not chromium or not chromedriver:
+        pytest.fail("chromium and chromedriver are required: `make browser-deps` installs them")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+                 "--window-size=1280,1600",
+                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    drv = webdriver.Chrome(service=Service(executable_path=chromedriver), options=opts)
+    drv.set_page_load_timeout(60)
+    yield drv
+    drv.quit()
+
+
+def _load(driver, url: str) -> None:
+    driver.get_log("performance")  # drop entries of earlier pages
+    driver.get_log("browser")
+    driver.get(url)
+    driver.set_script_timeout(60)
+    driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "function wait() {"
+        "  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {"
+        "    MathJax.startup.promise.then(() => done(true));"
+        "  } else { setTimeout(wait, 50); }"
+        "} wait();"
+    )
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_in_chromium(driver, server, built_html, page):
+    _load(driver, f"{server}/{page}")
+
+    # 1. No request leaves the site.
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent":
+            urls.append(msg["params"]["request"]["url"])
+    assert urls, "no requests were logged"
+    outside = [u for u in urls if not u.startswith((server, "data:", "blob:"))]
+    assert not outside, outside
+
+    # 2. Every formula is typeset: no raw delimiters outside code, and MathJax ran.
+    text = driver.execute_script(
+        "const b = document.querySelector('main').cloneNode(true);"
+        "b.querySelectorAll('pre, code, script, style, mjx-container').forEach(e => e.remove());"
+        "return b.innerText;"
+    )
+    for raw in ("\\(", "\\)", "$$", "\\[", "\\begin{"):
+        assert raw not in text, f"raw {raw!r} left untypeset on {page}"
+    if page != "chapters/references.html":
+        n_math = driver.execute_script("return document.querySelectorAll('mjx-container').length")
+        assert n_math > 0
+    errors = driver.execute_script(
+        "return Array.from(document.querySelectorAll('mjx-merror')).map(e => e.textContent)")
+    assert not errors, errors
+
+    # 3. Every explorer has its player, and each slider changes the frame.
+    players = driver.find_elements("css selector", ".lipattn-player")
+    assert len(players) >= PAGES[page]
+    assert "Loading widget" not in driver.page_source
+    for player in players:
+        img = player.find_element("css selector", "img.lp-frame")
+        for rng in player.find_elements("css selector", "input.lp-range"):
+            before = img.get_attribute("src")
+            frame_before = player.get_attribute("data-frame")
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", rng)
+            top = int(rng.get_attribute("max"))
+            target = 0 if int(rng.get_attribute("value")) > 0 else top
+            driver.execute_script(
+                "arguments[0].value = arguments[1];"
+                "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", rng, target)
+            assert player.get_attribute("data-frame") != frame_before
+            assert img.get_attribute("src") != before, (
+                f"slider {rng.get_attribute('data-name')} of "
+                f"{player.get_attribute('data-explorer')} did not change the frame")
+            out = rng.find_element("xpath", "following-sibling::output").text
+            assert out and "nan" not in out.lower()
+
+    # 4. No console errors.
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe
+
+    shots = built_html.parent / "screenshots"
+    shots.mkdir(exist_ok=True)
+    driver.execute_script("window.scrollTo(0, 0)")
+    driver.save_screenshot(str(shots / (Path(page).stem + ".png")))

@@ -1,0 +1,46 @@
+"""Every chapter executes from a fresh kernel without error or warning; none
+is stored with outputs."""
+
+from __future__ import annotations
+
+import subprocess
+
+import jupytext
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from .conftest import CHAPTERS, ROOT
+
+
+NOTEBOOKS = [p for p in CHAPTERS if "```{code-cell}" in p.read_text()]
+
+
+def test_the_chapters_are_found():
+    assert {"intro", "01_softmax_jacobian", "02_scaling_saturation"} <= {p.stem for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_chapter_executes_cleanly(path):
+    nb = jupytext.read(path)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", out
+            if out.output_type == "stream":
+                assert out.name != "stderr", f"stderr in {path.name}: {out.text[:500]}"
+
+
+def test_no_notebook_outputs_in_git():
+    files = subprocess.run(["git", "ls-files", "*.ipynb", "**/*.ipynb"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        nb = nbformat.read(ROOT / f, as_version=4)
+        assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), f
+
+
+def test_chapters_are_myst_notebooks_with_a_jupytext_header():
+    for path in NOTEBOOKS:
+        head = path.read_text().split("\n", 12)
+        assert head[0] == "---" and any("format_name: myst" in h for h in head), path.name

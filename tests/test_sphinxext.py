@@ -1,0 +1,73 @@
+"""The build's extension (lipattn/sphinxext.py): no stale outputs, local MathJax."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from lipattn.sphinxext import inputs_hash
+
+
+def test_hash_follows_content_and_ignores_caches(tmp_path: Path):
+    (tmp_path / "lib" / "pkg").mkdir(parents=True)
+    (tmp_path / "lib" / "pkg" / "m.py").write_text("x = 1\n")
+    (tmp_path / "requirements.txt").write_text("numpy==1\n")
+    watch = ["lib", "requirements.txt"]
+    h0 = inputs_hash(tmp_path, watch)
+    (tmp_path / "lib" / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "lib" / "pkg" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"junk")
+    assert inputs_hash(tmp_path, watch) == h0
+    (tmp_path / "lib" / "pkg" / "m.py").write_text("x = 2\n")
+    h1 = inputs_hash(tmp_path, watch)
+    assert h1 != h0
+    (tmp_path / "requirements.txt").write_text("numpy==2\n")
+    assert inputs_hash(tmp_path, watch) != h1
+
+
+def _build(src: Path, out: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-q", str(src), str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return (out / "page.html").read_text()
+
+
+def test_a_change_to_the_watched_library_re_executes_the_notebook(tmp_path: Path):
+    """Build, change only the watched file, build again: the output must change.
+
+    The notebook's code cell is identical in both builds, so jupyter-cache
+    alone would serve the first output again.
+    """
+    src = tmp_path / "book"
+    (src / "lib").mkdir(parents=True)
+    (src / "lib" / "value.txt").write_text("first-value\n")
+    (src / "conf.py").write_text(textwrap.dedent("""
+        extensions = ["myst_nb", "lipattn.sphinxext"]
+        nb_execution_mode = "cache"
+        lipattn_watch = ["lib"]
+        exclude_patterns = ["_build", "lib"]
+    """))
+    (src / "index.md").write_text("# Index\n\n```{toctree}\npage\n```\n")
+    (src / "page.md").write_text(textwrap.dedent("""\
+        ---
+        kernelspec:
+          name: python3
+          display_name: Python 3
+        ---
+        # Page
+
+        ```{code-cell} ipython3
+        print(open("lib/value.txt").read().strip().upper())
+        ```
+    """))
+    out = src / "_build" / "html"
+    assert "FIRST-VALUE" in _build(src, out)
+    (src / "lib" / "value.txt").write_text("second-value\n")
+    page = _build(src, out)
+    assert "SECOND-VALUE" in page and "FIRST-VALUE" not in page
+    # MathJax is served from the site itself.
+    assert (out / "_static" / "mathjax" / "es5" / "tex-chtml.js").is_file()
+    assert 'src="_static/mathjax/es5/tex-chtml.js' in page

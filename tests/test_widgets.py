@@ -1,0 +1,131 @@
+"""The explorer mechanism (lipattn/widgets.py) and every registered explorer."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import numpy as np
+import pytest
+from matplotlib.collections import Collection
+from matplotlib.image import AxesImage
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+from matplotlib.text import Text
+from PIL import Image
+
+from lipattn.widgets import EXPLORERS, Explorer, Slider, get_explorer
+
+NAMES = sorted(EXPLORERS)
+
+
+def artist_data(artist) -> np.ndarray:
+    """The numbers an artist displays, whatever its kind."""
+    if isinstance(artist, Rectangle):
+        return np.array([artist.get_x(), artist.get_y(), artist.get_width(), artist.get_height()])
+    if isinstance(artist, Line2D):
+        return np.asarray(artist.get_xydata(), dtype=float)
+    if isinstance(artist, AxesImage):
+        return np.asarray(artist.get_array(), dtype=float)
+    if isinstance(artist, Collection):
+        return np.concatenate([np.asarray(p.vertices, float).ravel() for p in artist.get_paths()]
+                              or [np.zeros(0)])
+    if isinstance(artist, Text):
+        text = artist.get_text()
+        assert "nan" not in text.lower() and "inf" not in text.lower(), text
+        return np.zeros(0)
+    raise AssertionError(f"unexpected artist type {type(artist)}")
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def explorer(request) -> Explorer:
+    return get_explorer(request.param)
+
+
+def test_registry_is_populated():
+    assert {"softmax-logits", "softmax-saturation"} <= set(EXPLORERS)
+    for name, factory in EXPLORERS.items():
+        ex = factory()
+        assert ex.name == name
+        assert len(ex.sliders) >= 1
+        assert all(len(v) >= 2 for v in ex.sliders.values())
+
+
+def test_every_slider_value_renders_finite_data(explorer):
+    """render runs at every grid point without a warning (warnings are errors)."""
+    for values in explorer.grid():
+        png = explorer.render(**values)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        for artist in explorer.artists:
+            assert np.all(np.isfinite(artist_data(artist))), (values, artist)
+
+
+def test_every_slider_moves_the_picture(explorer):
+    """Changing any single slider from its default changes the frame's pixels."""
+    base = explorer.defaults
+    ref = explorer.render(**base)
+    ref_px = np.asarray(Image.open(io.BytesIO(ref)))
+    for name, values in explorer.sliders.items():
+        for v in values:
+            if v != base[name]:
+                px = np.asarray(Image.open(io.BytesIO(explorer.render(**(base | {name: v})))))
+                assert px.shape == ref_px.shape
+                assert np.any(px != ref_px), f"slider {name}={v!r} left the frame unchanged"
+
+
+def test_render_is_in_place_and_blits(explorer):
+    """The same figure is reused and its axes do not move between frames."""
+    fig = explorer.fig
+    boxes = [ax.get_position().bounds for ax in fig.axes]
+    for values in list(explorer.grid())[:: max(1, len(list(explorer.grid())) // 5)]:
+        explorer.render(**values)
+    assert explorer.fig is fig
+    assert [ax.get_position().bounds for ax in fig.axes] == boxes
+    # Rendering the same values twice gives identical pixels (no accumulation).
+    a = explorer.render(**explorer.defaults)
+    explorer.render(**next(iter(explorer.grid())))
+    b = explorer.render(**explorer.defaults)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(a))), np.asarray(Image.open(io.BytesIO(b))))
+
+
+def test_player_html_has_every_frame_and_control(explorer):
+    html = explorer.player_html()
+    payload = json.loads(re.search(r'<script type="application/json" class="lp-data">(.*?)</script>',
+                                   html, re.S).group(1))
+    shape = [len(v) for v in explorer.sliders.values()]
+    assert payload["shape"] == shape
+    assert len(payload["frames"]) == int(np.prod(shape))
+    assert max(payload["frames"]) < len(payload["images"])
+    assert html.count('type="range"') == len(shape)
+    assert "Loading widget" not in html
+
+
+def test_mime_bundle_outside_a_kernel_has_the_player(explorer):
+    bundle = explorer._repr_mimebundle_()
+    assert "text/html" in bundle and "lipattn-player" in bundle["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" not in bundle  # no kernel here
+
+
+def test_live_widget_uses_the_same_frames():
+    ex = get_explorer("softmax-saturation")
+    box = ex.widget()
+    image = box.children[-1]
+    slider = box.children[1].children[0]
+    values = ex.sliders["scale"]
+    slider.value = values[-1]
+    assert image.value == ex.render(scale=values[-1])
+
+
+def test_bad_slider_values_are_rejected():
+    ex = get_explorer("softmax-saturation")
+    with pytest.raises(TypeError, match="unknown slider"):
+        ex.render(nonsense=1)
+    with pytest.raises(ValueError, match="scale must be one of"):
+        ex.render(scale=-1.0)
+    with pytest.raises(ValueError, match="name must be one of"):
+        get_explorer("no-such-explorer")
+    with pytest.raises(ValueError, match="at least 2 values"):
+        Slider("x", (1,))
+    with pytest.raises(ValueError, match="default"):
+        Slider("x", (1, 2), default=3)
