@@ -8,10 +8,8 @@ import subprocess
 import jupytext
 import nbformat
 import pytest
+from conftest import CHAPTERS, ROOT
 from nbclient import NotebookClient
-
-from .conftest import CHAPTERS, ROOT
-
 
 NOTEBOOKS = [p for p in CHAPTERS if "```{code-cell}" in p.read_text()]
 

@@ -53,6 +53,10 @@ def test_a_change_to_the_watched_library_re_executes_the_notebook(tmp_path: Path
     (src / "index.md").write_text("# Index\n\n```{toctree}\npage\n```\n")
     (src / "page.md").write_text(textwrap.dedent("""\
         ---
+        jupytext:
+          text_representation:
+            extension: .md
+            format_name: myst
         kernelspec:
           name: python3
           display_name: Python 3

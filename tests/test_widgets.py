@@ -86,13 +86,14 @@ def test_render_is_in_place_and_blits(explorer):
     a = explorer.render(**explorer.defaults)
     explorer.render(**next(iter(explorer.grid())))
     b = explorer.render(**explorer.defaults)
-    assert np.array_equal(np.asarray(Image.open(io.BytesIO(a))), np.asarray(Image.open(io.BytesIO(b))))
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(a))),
+                          np.asarray(Image.open(io.BytesIO(b))))
 
 
 def test_player_html_has_every_frame_and_control(explorer):
     html = explorer.player_html()
-    payload = json.loads(re.search(r'<script type="application/json" class="lp-data">(.*?)</script>',
-                                   html, re.S).group(1))
+    data = re.search(r'<script type="application/json" class="lp-data">(.*?)</script>', html, re.S)
+    payload = json.loads(data.group(1))
     shape = [len(v) for v in explorer.sliders.values()]
     assert payload["shape"] == shape
     assert len(payload["frames"]) == int(np.prod(shape))

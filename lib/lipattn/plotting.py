@@ -7,14 +7,15 @@ colours, and every explorer frame has the same look.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import io
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-__all__ = ["STYLE_FILE", "use_style", "figure", "figure_png", "setup_notebook", "HALF_COLOR", "ONE_COLOR"]
+__all__ = [
+    "STYLE_FILE", "use_style", "figure", "figure_png", "setup_notebook", "HALF_COLOR", "ONE_COLOR",
+]
 
 #: Path of the matplotlib style file shipped with the package.
 STYLE_FILE = Path(__file__).with_name("book.mplstyle")

@@ -8,7 +8,11 @@ It does two things that ``_config.yml`` alone cannot:
    (``lipattn_watch``) and points myst-nb's execution cache at a folder named
    by that hash, and marks every document outdated when the hash changes,
    so the chapters are executed again with the new library.
-2. **MathJax served from the site.** MathJax 3 comes from the
+2. **No widget state on the site.** The site shows each explorer's player
+   (``text/html``); the live widgets' saved state, which myst-nb would embed
+   in the page (with every PNG again) for a widget manager the site does not
+   load, is dropped.
+3. **MathJax served from the site.** MathJax 3 comes from the
    ``django-static-mathjax`` package (pinned in ``requirements.txt``) and is
    copied into ``_build/html/_static/mathjax``; the pages load it from there,
    so formulas typeset without internet.
@@ -87,9 +91,18 @@ def _env_get_outdated(app: Any, env: Any, added: set, changed: set, removed: set
     return sorted(env.found_docs)
 
 
+def _drop_widget_state(app: Any, pagename: str, *args: Any) -> None:
+    from myst_nb.sphinx_ import NbMetadataCollector
+
+    if app.env is not None and pagename in NbMetadataCollector.get_doc_data(app.env):
+        NbMetadataCollector.get_js_files(app.env, pagename).pop("ipywidgets_state", None)
+
+
 def setup(app: Any) -> dict[str, Any]:
     """Register the extension with Sphinx."""
     app.add_config_value("lipattn_watch", ["lib", "requirements.txt"], "env")
     app.connect("config-inited", _config_inited, priority=900)
     app.connect("env-get-outdated", _env_get_outdated)
+    # before myst-nb's own handler (priority 500) adds the page's scripts
+    app.connect("html-page-context", _drop_widget_state, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -125,9 +125,11 @@ class Slider:
 
     def __post_init__(self) -> None:
         if len(self.values) < 2:
-            raise ValueError(f"slider {self.name!r} needs at least 2 values; got {len(self.values)}")
+            raise ValueError(
+                f"slider {self.name!r} needs at least 2 values; got {len(self.values)}")
         if self.default is not None and self.index(self.default) < 0:
-            raise ValueError(f"slider {self.name!r}: default {self.default!r} is not among its values")
+            raise ValueError(
+                f"slider {self.name!r}: default {self.default!r} is not among its values")
 
     def index(self, value: Any) -> int:
         """Position of ``value`` among the slider's values, or -1."""
