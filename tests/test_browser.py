@@ -39,6 +39,7 @@ def server(built_html: Path):
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
+    httpd.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +73,10 @@ def _load(driver, url: str) -> None:
     driver.set_script_timeout(60)
     driver.execute_async_script(
         "const done = arguments[arguments.length - 1];"
+        "const hasMath = !!document.querySelector('script[src*=\"mathjax\"]');"
         "function wait() {"
-        "  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {"
+        "  if (!hasMath && document.readyState === 'complete') { done(false); }"
+        "  else if (window.MathJax && MathJax.startup && MathJax.startup.promise) {"
         "    MathJax.startup.promise.then(() => done(true));"
         "  } else { setTimeout(wait, 50); }"
         "} wait();"
@@ -91,7 +94,9 @@ def test_page_in_chromium(driver, server, built_html, page):
         if msg.get("method") == "Network.requestWillBeSent":
             urls.append(msg["params"]["request"]["url"])
     assert urls, "no requests were logged"
-    outside = [u for u in urls if not u.startswith((server, "data:", "blob:"))]
+    # chrome:// and about: are the browser's own pages, not network requests.
+    outside = [u for u in urls
+               if not u.startswith((server, "data:", "blob:", "chrome:", "about:"))]
     assert not outside, outside
 
     # 2. Every formula is typeset: no raw delimiters outside code, and MathJax ran.

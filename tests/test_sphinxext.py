@@ -63,6 +63,8 @@ def test_a_change_to_the_watched_library_re_executes_the_notebook(tmp_path: Path
         ---
         # Page
 
+        Math: {math}`x^2`.
+
         ```{code-cell} ipython3
         print(open("lib/value.txt").read().strip().upper())
         ```

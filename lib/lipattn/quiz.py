@@ -96,7 +96,9 @@ class Quiz:
     def _repr_html_(self) -> str:
         uid = next(_COUNTER)
         parts = [f"<style>{_CSS}</style>",
-                 f'<div class="lipattn-quiz"><p><b>{html.escape(self.title)}.</b> '
+                 # MyST pages only typeset elements of these classes
+                 '<div class="lipattn-quiz tex2jax_process mathjax_process">'
+                 f"<p><b>{html.escape(self.title)}.</b> "
                  "Choose an answer to see whether it is right, and why.</p>"]
         for qi, q in enumerate(self.questions, start=1):
             group = f"lq{uid}-{qi}"

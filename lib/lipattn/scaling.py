@@ -46,7 +46,9 @@ __all__ = [
     "two_token_expectations",
     "two_token_asymptotes",
     "gradient_norms",
+    "gradient_norms_fast",
     "rem_entropy_approx",
+    "two_token_expectations_d",
 ]
 
 # Elements per chunk of the batched computations (bounds peak memory).
@@ -446,6 +448,49 @@ _CORR_ENTROPY = 7.0 * math.pi**2 / 60.0  # = (7 pi^4 / 45) / (pi^2 / 3) / 4
 _CORR_MAXP = 3.0 * _ZETA3 / (8.0 * math.log(2.0))  # = (3 zeta(3)) / (2 ln 2) / 4
 
 
+def two_token_expectations_d(d: int, scaled: bool = True, points: int = 801) -> SaturationStats:
+    """Exact saturation statistics of two keys at head dimension ``d``.
+
+    The expectations that :func:`saturation_stats` estimates for ``n_keys=2``:
+    ``q, k_1, k_2`` i.i.d. ``N(0, I_d)``. Given ``q`` the two logits are
+    i.i.d. ``N(0, sigma^2)`` with ``sigma = c ||q||`` (``c = 1/sqrt(d)`` or
+    1), so each mean is :func:`two_token_expectations` averaged over
+    ``||q||^2 ~ chi^2_d``. The outer integral is taken in ``t = ln ||q||^2``,
+    whose density ``exp(d t / 2 - e^t / 2) / (2^(d/2) Gamma(d/2))`` is smooth
+    and decays at least exponentially on both sides, with the trapezoidal
+    rule on ``points`` nodes (exponentially convergent for such integrands);
+    the interval covers the density down to below ``1e-30`` of its peak.
+
+    Parameters
+    ----------
+    d : int
+        Head dimension, ``>= 1``.
+    scaled : bool
+        Divide the logits by ``sqrt(d)``.
+    points : int
+        Trapezoidal nodes in ``t`` (``>= 101``); the default is accurate to
+        about 1e-12.
+
+    Returns
+    -------
+    SaturationStats
+        ``E[H]``, ``E[max p]``, ``E||J||_2`` (zero standard errors,
+        ``n_samples=None``).
+    """
+    d = as_int_at_least(d, "d", 1)
+    scaled = as_bool(scaled, "scaled")
+    points = as_int_at_least(points, "points", 101)
+    centre, width = math.log(d), math.sqrt(2.0 / d)
+    # left tail ~ exp(d t / 2), right tail ~ exp(-d (e^x - 1 - x) / 2) at t = ln d + x
+    t = np.linspace(centre - 10.0 * width - 140.0 / d, centre + 10.0 * width + 10.0 / d, points)
+    log_dens = 0.5 * d * t - 0.5 * np.exp(t) - 0.5 * d * math.log(2.0) - math.lgamma(0.5 * d)
+    w = np.exp(log_dens)
+    w /= w.sum()  # trapezoid weights (end points carry < 1e-30 of the mass)
+    sigma = np.exp(0.5 * t) / (math.sqrt(d) if scaled else 1.0)
+    entropy, comp, jac = _two_token_means(sigma)
+    return SaturationStats(float(w @ entropy), float(1.0 - w @ comp), float(w @ jac))
+
+
 def two_token_asymptotes(sigma: float, *, terms: int = 1) -> SaturationStats:
     """Large-sigma expansion of :func:`two_token_expectations`.
 
@@ -618,6 +663,72 @@ def gradient_norms(
         for name, parts in norms.items():
             parts.append(np.sqrt(np.sum(grads[name].reshape(b, -1) ** 2, axis=-1)))
     stats = {name: _mean_se(np.concatenate(parts)) for name, parts in norms.items()}
+    return GradientNorms(
+        logits=stats["logits"][0],
+        query=stats["query"][0],
+        keys=stats["keys"][0],
+        values=stats["values"][0],
+        logits_se=stats["logits"][1],
+        query_se=stats["query"][1],
+        keys_se=stats["keys"][1],
+        values_se=stats["values"][1],
+        n_samples=samples,
+    )
+
+
+def gradient_norms_fast(
+    d: int,
+    n_keys: int,
+    scaled: bool = True,
+    samples: int = 20_000,
+    seed: int | np.random.Generator = 0,
+) -> GradientNorms:
+    """The statistics of :func:`gradient_norms`, sampled exactly in ``O(N)`` per draw.
+
+    Same setting and same distribution of the four norms as
+    :func:`gradient_norms`, without forming ``q``, ``K`` or ``V``. Write
+    ``q = r qhat`` with ``r^2 ~ chi^2_d`` and split each key into
+    ``a_j = k_j . qhat`` and the rest, orthogonal to ``q``. Then ``a ~ N(0,
+    I_N)``, the logits are ``s = c r a``, the orthogonal parts are i.i.d.
+    ``N(0, I - qhat qhat^T)`` independent of ``a``, and ``u = V g ~ N(0, I_N)``
+    is independent of both (``g`` is a unit vector independent of ``V``). So
+    with ``ds = p * (u - p . u)``:
+
+    - ``||dL/dq||^2 = c^2 ((a . ds)^2 + ||ds||^2 w)``, ``w ~ chi^2_{d-1}``
+      (``w = 0`` for ``d = 1``), because the orthogonal part of
+      ``K^T ds`` is ``N(0, ||ds||^2 (I - qhat qhat^T))`` given ``ds``;
+    - ``||dL/dK|| = c ||ds|| r`` and ``||dL/dV|| = ||p||``.
+
+    Parameters
+    ----------
+    d, n_keys, scaled, samples, seed
+        As in :func:`sample_logits`.
+
+    Returns
+    -------
+    GradientNorms
+        Monte-Carlo means with standard errors ``std / sqrt(samples)``.
+    """
+    d, n_keys, scaled, samples = _check_sampling_args(d, n_keys, scaled, samples)
+    rng = _as_rng(seed)
+    c = 1.0 / math.sqrt(d) if scaled else 1.0
+    r = np.sqrt(rng.chisquare(d, size=samples))
+    w = rng.chisquare(d - 1, size=samples) if d > 1 else np.zeros(samples)
+    out: dict[str, list[np.ndarray]] = {"logits": [], "query": [], "keys": [], "values": []}
+    chunk = _chunk_size(3 * n_keys)
+    for start in range(0, samples, chunk):
+        stop = min(samples, start + chunk)
+        a = rng.standard_normal((stop - start, n_keys))
+        u = rng.standard_normal((stop - start, n_keys))
+        p = softmax((c * r[start:stop, None]) * a, axis=-1)
+        ds = p * (u - np.sum(p * u, axis=-1, keepdims=True))
+        ds_norm = np.sqrt(np.sum(ds * ds, axis=-1))
+        out["logits"].append(ds_norm)
+        out["query"].append(c * np.sqrt(np.sum(a * ds, axis=-1) ** 2
+                                        + ds_norm**2 * w[start:stop]))
+        out["keys"].append(c * ds_norm * r[start:stop])
+        out["values"].append(np.sqrt(np.sum(p * p, axis=-1)))
+    stats = {name: _mean_se(np.concatenate(parts)) for name, parts in out.items()}
     return GradientNorms(
         logits=stats["logits"][0],
         query=stats["query"][0],
