@@ -23,7 +23,8 @@ _CSS = """
 .lipattn-quiz { margin: 1em 0; }
 .lipattn-quiz fieldset { border: 1px solid #d0d7de; border-radius: 6px;
   padding: 0.5em 1em 0.7em; margin: 0 0 1em; }
-.lipattn-quiz legend { font-weight: 600; padding: 0 0.3em; }
+.lipattn-quiz legend { font-weight: 600; padding: 0 0.3em; font-size: 1rem; line-height: 1.5;
+  float: none; width: auto; margin-bottom: 0.3em; }
 .lipattn-quiz .lq-opt { margin: 0.25em 0; }
 .lipattn-quiz .lq-opt label { cursor: pointer; }
 .lipattn-quiz .lq-fb { display: none; margin: 0.2em 0 0.4em 1.7em; padding: 0.3em 0.6em;

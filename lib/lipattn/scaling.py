@@ -43,6 +43,7 @@ __all__ = [
     "sample_logits_direct",
     "saturation_stats",
     "saturation_stats_from_logits",
+    "saturation_per_row",
     "two_token_expectations",
     "two_token_asymptotes",
     "gradient_norms",
@@ -303,6 +304,26 @@ def saturation_stats_from_logits(s: object) -> SaturationStats:
     if s.shape[0] < 2:
         raise ValueError(f"s must hold at least 2 logit vectors; got shape {s.shape}")
     return _summarise(*_row_stats(s))
+
+
+def saturation_per_row(s: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Entropy, max probability and ``||J||_2`` of the softmax of each logit vector.
+
+    The per-sample values behind :func:`saturation_stats_from_logits`, exact
+    up to rounding (accurate deep into saturation).
+
+    Parameters
+    ----------
+    s : array_like, shape (M, N)
+        Finite logits, one vector per row.
+
+    Returns
+    -------
+    entropy, max_p, jac_norm : ndarray, shape (M,)
+        ``H(p)`` in nats, ``max_j p_j`` and ``||diag(p) - p p^T||_2`` per row.
+    """
+    s = as_real_array(s, "s", ndim=2)
+    return _row_stats(s)
 
 
 def saturation_stats(

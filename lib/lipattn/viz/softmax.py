@@ -143,7 +143,7 @@ def fig_simplex(resolution: int = 120) -> Figure:
     p, norms = simplex_grid(resolution)
     corners = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, np.sqrt(3) / 2]])
     xy = p @ corners
-    fig, ax = plotting.figure(1, width=5.6, height=4.2)
+    fig, ax = plotting.figure(1, width=6.0, height=4.8)
     tpc = ax.tripcolor(xy[:, 0], xy[:, 1], norms, shading="gouraud", cmap="viridis",
                        vmin=0, vmax=0.5)
     fig.colorbar(tpc, ax=ax, label=r"$\|J\|_2$")
@@ -153,11 +153,13 @@ def fig_simplex(resolution: int = 120) -> Figure:
             label="edge midpoints (norm → 1/2)")
     ax.plot(*corners.mean(axis=0), "s", color="w", mec="k", ms=7, label="centre (norm 1/3)")
     for name, (x, y), dx, dy in zip(("$p_1=1$", "$p_2=1$", "$p_3=1$"), corners,
-                                    (-0.06, 0.06, 0.0), (-0.05, -0.05, 0.04), strict=True):
+                                    (-0.06, 0.06, 0.0), (-0.05, -0.05, 0.05), strict=True):
         ax.text(x + dx, y + dy, name, ha="center", va="center")
     ax.set_aspect("equal")
+    ax.set_xlim(-0.12, 1.12)
+    ax.set_ylim(-0.1, 0.95)
     ax.set_axis_off()
-    ax.legend(loc="upper right", bbox_to_anchor=(1.02, 1.02))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)
     return fig
 
 
@@ -198,14 +200,16 @@ def fig_lipschitz_ratios(ratios: dict[str, np.ndarray]) -> Figure:
     """The observed ratios against the true constant 1/2 and the loose sqrt(n)."""
     fig, ax = plotting.figure(1, width=6.5, height=3.2)
     n = ratios["n"]
-    ax.plot(n, ratios["l2"], "o-", label=r"largest $\ell_2$ ratio observed")
-    ax.plot(n, ratios["linf"], "s--", label=r"largest $\ell_\infty$ ratio observed")
+    ax.plot(n, ratios["l2"], "o-", ms=10, mfc="none", mew=1.8,
+            label=r"largest $\ell_2$ ratio observed")
+    ax.plot(n, ratios["linf"], "s--", ms=4, label=r"largest $\ell_\infty$ ratio observed")
     ax.plot(n, np.sqrt(n), ":", color=plotting.ONE_COLOR, label=r"claimed bound $\sqrt{n}$")
     ax.axhline(0.5, color=plotting.HALF_COLOR, ls="--", label="true constant 1/2")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("number of logits n")
     ax.set_ylabel(r"$\|\sigma(x)-\sigma(y)\| \,/\, \|x-y\|$")
+    ax.set_ylim(0.3, 60)
     ax.legend(loc="upper left")
     return fig
 
@@ -228,13 +232,14 @@ class LogitsExplorer(Explorer):
         Slider("tau", (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0), label="temperature τ",
                default=1.0),
     )
-    width, height = 9.6, 3.3
+    width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):
         n = _BASE_LOGITS.size
         ax_p, ax_j, ax_e = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1.05, 1]})
         self._bars = ax_p.bar(np.arange(1, n + 1), np.zeros(n), color="C0")
-        ax_p.set_ylim(0, 1)
+        ax_p.set_ylim(0, 1.42)  # room for the read-out above the bars
+        ax_p.set_yticks(np.linspace(0, 1, 6))
         ax_p.set_xticks(np.arange(1, n + 1))
         ax_p.set_xlabel("token i")
         ax_p.set_title(r"$p = \mathrm{softmax}(z/\tau)$")
@@ -251,12 +256,12 @@ class LogitsExplorer(Explorer):
         (self._eig,) = ax_e.plot(np.arange(n), np.zeros(n), "o", color="C0", ms=7,
                                  label="eigenvalues of J")
         ax_e.set_xlim(-0.5, n - 0.5)
-        ax_e.set_ylim(-0.05, 2.1)
+        ax_e.set_ylim(-0.05, 2.25)
         ax_e.xaxis.set_major_locator(FixedLocator(range(n)))
         ax_e.set_xticklabels([f"λ{i}" for i in range(1, n + 1)])
         ax_e.set_title(r"spectrum of J, $\lambda_1 \geq \dots \geq \lambda_5$")
-        ax_e.legend(loc="upper right", fontsize=8)
-        self._text = ax_e.text(0.97, 0.74, "", transform=ax_e.transAxes, ha="right", va="top",
+        ax_e.legend(loc="upper right", bbox_to_anchor=(1.0, 0.86), fontsize=8)
+        self._text = ax_p.text(0.97, 0.97, "", transform=ax_p.transAxes, ha="right", va="top",
                                fontsize=9, bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
         return [*self._bars, self._im, self._tau_line, self._eig, self._text]
 
@@ -271,7 +276,7 @@ class LogitsExplorer(Explorer):
         self._eig.set_ydata(np.linalg.eigvalsh(jac)[::-1])
         self._tau_line.set_ydata([0.5 / tau, 0.5 / tau])
         norm = float(softmax_jacobian_norm(z, temperature=tau))
-        self._text.set_text(f"‖J‖₂ = {norm:.3f}\n1/(2τ) = {0.5 / tau:.3f}\nmax p = {p.max():.3f}")
+        self._text.set_text(f"‖J‖₂ = {norm:.3g}\n1/(2τ) = {0.5 / tau:.3g}\nmax p = {p.max():.3g}")
 
 
 _SAT_LOGITS = np.random.default_rng(0).standard_normal(8)
@@ -285,7 +290,7 @@ class SaturationExplorer(Explorer):
     name = "softmax-saturation"
     title = "Saturation: scale the logits z = a·z₀ and watch ‖J‖₂ vanish"
     slider_specs = (Slider("scale", _SAT_SCALES, label="scale a", default=_SAT_SCALES[10]),)
-    width, height = 9.6, 3.2
+    width, height = 8.4, 3.0
 
     def setup(self, fig: Figure):
         n = _SAT_LOGITS.size

@@ -1,0 +1,792 @@
+"""Figures, experiments and explorers of the scaling-and-saturation chapter.
+
+Everything is computed with :mod:`lipattn.scaling` and :mod:`lipattn.softmax`;
+this module only arranges it. Randomness comes from
+``np.random.default_rng(seed)``, with common random numbers across ``d``:
+the query at head dimension ``d`` is the first ``d`` coordinates of one fixed
+Gaussian vector, so ``||q||^2`` is exactly ``chi^2_d`` at every ``d`` and the
+pictures change smoothly as ``d`` moves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
+
+from .. import plotting
+from .._validate import as_bool, as_int_at_least, as_positive_float
+from ..scaling import (
+    gradient_norms_fast,
+    saturation_per_row,
+    saturation_stats,
+    saturation_stats_from_logits,
+    two_token_asymptotes,
+    two_token_expectations,
+    two_token_expectations_d,
+)
+from ..softmax import entropy, softmax, softmax_jacobian_norm
+from ..widgets import Explorer, Slider, register
+
+__all__ = [
+    "D_GRID",
+    "mean_inverse_chi",
+    "nested_logits",
+    "fig_intuition",
+    "SaturationCurves",
+    "saturation_curves",
+    "fig_saturation_curves",
+    "two_token_sigma_table",
+    "fig_two_token_sigma",
+    "jac_norm_samples",
+    "fig_jac_distribution",
+    "fixed_sigma_profile",
+    "fig_nonmonotone",
+    "gradient_curves",
+    "fig_gradients",
+    "logit_step_gain",
+    "fig_rem",
+    "DExplorerData",
+    "d_explorer_data",
+    "DExplorer",
+    "SigmaExplorer",
+]
+
+#: Head dimensions on the d axis: 1, 2, 4, ..., 4096.
+D_GRID: tuple[int, ...] = tuple(2**k for k in range(13))
+
+_SCALED_COLOR, _UNSCALED_COLOR = "C0", "C1"
+
+
+def _log2_axis(ax, ds=D_GRID) -> None:
+    """Log-2 d axis with ticks at 1, 4, 16, ..., 4096."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator([d for d in ds if math.log2(d) % 2 == 0]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(d) for d in ds if math.log2(d) % 2 == 0])
+    ax.set_xlim(ds[0] / 1.3, ds[-1] * 1.3)
+
+
+def mean_inverse_chi(d: int) -> float:
+    """``E[1 / ||q||]`` for ``q ~ N(0, I_d)``: ``Gamma((d-1)/2) / (sqrt 2 Gamma(d/2))``, d >= 2.
+
+    (For ``d = 1`` the mean is infinite.)
+    """
+    d = as_int_at_least(d, "d", 2)
+    return math.exp(math.lgamma(0.5 * (d - 1)) - math.lgamma(0.5 * d)) / math.sqrt(2.0)
+
+
+# --------------------------------------------------------------------------
+# Common random numbers: nested queries and fixed key directions
+# --------------------------------------------------------------------------
+@lru_cache(maxsize=4)
+def _base_draws(queries: int, max_keys: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``||q_{1:d}||^2`` at every d in D_GRID, shape (queries, 13), and directions (queries, max_keys)."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((queries, D_GRID[-1]))
+    r2 = np.cumsum(z * z, axis=1)[:, np.array(D_GRID) - 1]
+    g = rng.standard_normal((queries, max_keys))
+    r2.setflags(write=False)
+    g.setflags(write=False)
+    return r2, g
+
+
+def nested_logits(d: int, n_keys: int, scaled: bool, queries: int = 2000,
+                  seed: int = 0) -> np.ndarray:
+    """Exact-in-distribution logits with common random numbers across ``d``.
+
+    Row ``i`` is ``c ||q_i|| g_i`` where ``q_i`` is the first ``d`` coordinates
+    of a fixed standard Gaussian vector in ``R^4096`` (so ``||q_i||^2 ~
+    chi^2_d``) and ``g_i ~ N(0, I_N)`` is fixed, ``c = 1/sqrt(d)`` or 1. Given
+    ``q_i`` these are i.i.d. ``N(0, c^2 ||q_i||^2)``, the law of
+    :func:`lipattn.scaling.sample_logits`; only the coupling across ``d``
+    differs.
+
+    Parameters
+    ----------
+    d : int
+        One of :data:`D_GRID`.
+    n_keys : int
+        Number of keys N, 1 <= N <= 1024.
+    scaled : bool
+        Divide by ``sqrt(d)``.
+    queries : int
+        Number of queries (rows), 2 <= queries <= 2000.
+    seed : int
+        Seed of the common draws.
+
+    Returns
+    -------
+    ndarray, shape (queries, n_keys)
+    """
+    if d not in D_GRID:
+        raise ValueError(f"d must be one of {D_GRID}; got {d!r}")
+    n_keys = as_int_at_least(n_keys, "n_keys", 1)
+    if n_keys > 1024:
+        raise ValueError(f"n_keys must be at most 1024; got {n_keys}")
+    queries = as_int_at_least(queries, "queries", 2)
+    if queries > 2000:
+        raise ValueError(f"queries must be at most 2000; got {queries}")
+    scaled = as_bool(scaled, "scaled")
+    r2, g = _base_draws(2000, 1024, int(seed))
+    r = np.sqrt(r2[:queries, D_GRID.index(d)])
+    if scaled:
+        r = r / math.sqrt(d)
+    return r[:, None] * g[:queries, :n_keys]
+
+
+def fig_intuition(ds: tuple[int, ...] = (4, 64, 1024), n_keys: int = 64, seed: int = 0) -> Figure:
+    """One query's sorted attention weights over 64 keys, scaled and unscaled, at a few d."""
+    fig, axes = plotting.figure(2, width=9.0, height=3.1, sharey=True)
+    rank = np.arange(1, n_keys + 1)
+    for ax, scaled, title in zip(axes, (True, False), ("with $1/\\sqrt{d}$", "without scaling"),
+                                 strict=True):
+        for d, color in zip(ds, ("C2", "C3", "C4"), strict=True):
+            p = np.sort(softmax(nested_logits(d, n_keys, scaled, queries=2, seed=seed)[0]))[::-1]
+            ax.plot(rank, np.maximum(p, 1e-300), "o-", ms=3, color=color, label=f"d = {d}")
+        ax.axhline(1 / n_keys, color=plotting.ONE_COLOR, ls=":", lw=1, label="uniform 1/N")
+        ax.set_yscale("log")
+        ax.set_ylim(1e-12, 2)
+        ax.set_xlim(0.5, 24.5)
+        ax.set_xlabel("key, sorted by attention weight (top 24 of N = 64)")
+        ax.set_title(title)
+    axes[0].set_ylabel("attention weight $p_j$ (log axis)")
+    axes[1].legend(loc="upper right")
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Saturation curves against d
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SaturationCurves:
+    """Monte-Carlo saturation statistics against d, for one N and both scalings.
+
+    Attributes
+    ----------
+    d : ndarray, shape (D,)
+    n_keys : int
+    stats : dict
+        ``stats[scaled][field]`` and ``stats[scaled][field + "_se"]`` are
+        ndarrays of shape (D,), for ``scaled`` in (True, False) and ``field``
+        in ("entropy", "max_p", "jac_norm"), from
+        :func:`lipattn.scaling.saturation_stats`.
+    """
+
+    d: np.ndarray
+    n_keys: int
+    stats: dict
+
+
+_FIELDS = ("entropy", "max_p", "jac_norm")
+
+
+def saturation_curves(n_keys: int, ds: tuple[int, ...] = D_GRID, samples: int = 10_000,
+                      seed: int = 0) -> SaturationCurves:
+    """:func:`lipattn.scaling.saturation_stats` at each d, scaled and unscaled."""
+    out: dict = {}
+    for scaled in (True, False):
+        rows = [saturation_stats(d, n_keys, scaled, samples, seed=seed + 7919 * k)
+                for k, d in enumerate(ds)]
+        out[scaled] = {f: np.array([getattr(r, f) for r in rows])
+                       for f in (*_FIELDS, *(f + "_se" for f in _FIELDS))}
+    return SaturationCurves(np.asarray(ds), int(n_keys), out)
+
+
+def fig_saturation_curves(curves: list[SaturationCurves]) -> Figure:
+    """E[H], 1 - E[max p] and E||J||_2 against d, log-log, scaled vs unscaled.
+
+    Error bars are +-2 standard errors. For N = 2 the exact values
+    (:func:`lipattn.scaling.two_token_expectations_d`) are drawn as thin
+    black lines and, without scaling, the leading asymptote averaged over
+    ``||q||`` as a dashed grey line.
+    """
+    fig, axes = plotting.figure(3, width=10.0, height=3.6)
+    markers = {2: "s", 8: "^", 64: "o", 256: "D"}
+    labels = (r"$\mathbb{E}[H(p)]$ (nats)", r"$1 - \mathbb{E}[\max_j p_j]$",
+              r"$\mathbb{E}\,\|J\|_2$")
+    for cur in curves:
+        mk = markers.get(cur.n_keys, "o")
+        for scaled, color in ((True, _SCALED_COLOR), (False, _UNSCALED_COLOR)):
+            st = cur.stats[scaled]
+            for ax, f in zip(axes, _FIELDS, strict=True):
+                y = 1 - st[f] if f == "max_p" else st[f]
+                ax.errorbar(cur.d, y, yerr=2 * st[f + "_se"], fmt=mk + "-", ms=4, lw=1,
+                            color=color, capsize=2, mfc="white" if cur.n_keys == 2 else color,
+                            label=f"N = {cur.n_keys}, {'scaled' if scaled else 'unscaled'}")
+        if cur.n_keys == 2:
+            dd = np.array(D_GRID)
+            for scaled in (True, False):
+                ex = [two_token_expectations_d(int(d), scaled) for d in dd]
+                for ax, f in zip(axes, _FIELDS, strict=True):
+                    y = np.array([getattr(e, f) for e in ex])
+                    ax.plot(dd, 1 - y if f == "max_p" else y, color="k", lw=0.8,
+                            label="N = 2 exact (quadrature)" if scaled else None)
+            lead = np.array([mean_inverse_chi(int(d)) for d in dd[1:]]) / math.sqrt(math.pi)
+            for ax, const in zip(axes, (math.pi**2 / 6, math.log(2), 1.0), strict=True):
+                ax.plot(dd[1:], const * lead, "--", color=plotting.ONE_COLOR, lw=1.2,
+                        label=r"N = 2 asymptote, $\mathbb{E}[c/(\sqrt{\pi}\,\|q\|)]$")
+    for ax, lab in zip(axes, labels, strict=True):
+        _log2_axis(ax)
+        ax.set_yscale("log")
+        ax.set_xlabel("head dimension d")
+        ax.set_title(lab)
+    handles, labs = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labs, loc="outside lower center", ncol=3, fontsize=8.5)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Two keys at a fixed sigma: exact, asymptotes and Monte Carlo
+# --------------------------------------------------------------------------
+def two_token_sigma_table(sigmas: np.ndarray) -> dict[str, np.ndarray]:
+    """Exact and asymptotic E||J||_2 and E[H] for two i.i.d. N(0, sigma^2) logits."""
+    sigmas = np.asarray(sigmas, dtype=float)
+    ex = [two_token_expectations(float(s)) for s in sigmas]
+    a1 = [two_token_asymptotes(float(s), terms=1) for s in sigmas]
+    a2 = [two_token_asymptotes(float(s), terms=2) for s in sigmas]
+    out = {"sigma": sigmas}
+    for f in ("jac_norm", "entropy"):
+        out[f] = np.array([getattr(e, f) for e in ex])
+        out[f + "_1"] = np.array([getattr(e, f) for e in a1])
+        out[f + "_2"] = np.array([getattr(e, f) for e in a2])
+    return out
+
+
+def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ...] = (0.3, 1, 3,
+                        10, 30, 100), samples: int = 20_000, seed: int = 0) -> Figure:
+    """N = 2: exact quadrature, the two asymptotes (which are bounds) and Monte Carlo."""
+    fig, axes = plotting.figure(3, width=10.0, height=3.4)
+    s = table["sigma"]
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((samples, 2))
+    mc = [saturation_stats_from_logits(sig * g) for sig in mc_sigmas]
+    for ax, f, title in zip(axes[:2], ("jac_norm", "entropy"),
+                            (r"$\mathbb{E}\,\|J\|_2$, N = 2", r"$\mathbb{E}[H]$ (nats), N = 2"),
+                            strict=True):
+        ax.plot(s, table[f], color="k", label="exact (quadrature)")
+        lead = r"$1/(\sqrt{\pi}\sigma)$" if f == "jac_norm" else r"$\pi^{3/2}/(6\sigma)$"
+        ax.plot(s, table[f + "_1"], "--", color="C0", label=f"upper bound {lead}")
+        ok = table[f + "_2"] > 0
+        ax.plot(s[ok], table[f + "_2"][ok], ":", color="C1", lw=2.2,
+                label="lower bound (two terms)")
+        ax.errorbar(mc_sigmas, [getattr(m, f) for m in mc],
+                    yerr=[2 * getattr(m, f + "_se") for m in mc], fmt="o", color="C2", ms=4,
+                    capsize=2, label="Monte Carlo ±2 se")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(r"logit standard deviation $\sigma$")
+        ax.set_ylim(1e-3, 2)
+        ax.set_title(title)
+        ax.legend(loc="lower left", fontsize=8)
+    big = s >= 1
+    for f, color, lab in (("jac_norm", "C0", r"$\|J\|_2$"), ("entropy", "C1", "$H$")):
+        rel = np.abs(table[f + "_1"][big] / table[f][big] - 1)
+        axes[2].plot(s[big], rel, color=color, label=f"1-term, {lab}")
+        rel2 = np.abs(table[f + "_2"][big] / table[f][big] - 1)
+        axes[2].plot(s[big], np.maximum(rel2, 1e-16), ":", color=color, lw=2.2,
+                     label=f"2-term, {lab}")
+    axes[2].axhline(0.01, color=plotting.ONE_COLOR, ls="--", lw=1, label="1 %")
+    axes[2].set_xscale("log")
+    axes[2].set_yscale("log")
+    axes[2].set_ylim(1e-9, 10)
+    axes[2].set_xlabel(r"$\sigma$")
+    axes[2].set_title("relative error of the asymptotes")
+    axes[2].legend(loc="lower left", fontsize=8, ncol=1)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# The distribution of ||J||_2 over queries
+# --------------------------------------------------------------------------
+def jac_norm_samples(d: int, n_keys: int, scaled: bool, queries: int = 2000,
+                     seed: int = 0) -> np.ndarray:
+    """``||J||_2`` of each of ``queries`` random queries (exact per query), shape (queries,)."""
+    return np.asarray(softmax_jacobian_norm(nested_logits(d, n_keys, scaled, queries, seed)))
+
+
+def fig_jac_distribution(n_keys: int = 64, ds: tuple[int, ...] = (16, 256, 4096),
+                         queries: int = 2000, seed: int = 0) -> Figure:
+    """Histograms of ||J||_2 over queries (unscaled) and its quantiles against d."""
+    fig, (ax1, ax2) = plotting.figure(2, width=10.0, height=3.4)
+    edges = np.linspace(0, 0.5, 41)
+    for d, color in zip(ds, ("C2", "C3", "C4"), strict=True):
+        j = jac_norm_samples(d, n_keys, False, queries, seed)
+        counts, _ = np.histogram(j, bins=edges)
+        ax1.stairs(np.maximum(counts / j.size, 1e-9), edges, color=color, lw=1.6,
+                   label=f"unscaled, d = {d} (mean {j.mean():.3f})")
+    j = jac_norm_samples(ds[-1], n_keys, True, queries, seed)
+    counts, _ = np.histogram(j, bins=edges)
+    ax1.stairs(np.maximum(counts / j.size, 1e-9), edges, color=_SCALED_COLOR, lw=1.2, ls="--",
+               label=f"scaled, d = {ds[-1]} (mean {j.mean():.3f})")
+    ax1.set_yscale("log")
+    ax1.set_ylim(0.5 / queries, 1.5)
+    ax1.set_xlim(0, 0.5)
+    ax1.set_xlabel(r"$\|J\|_2$ of one query")
+    ax1.set_ylabel("share of queries per bin (log)")
+    ax1.set_title(f"N = {n_keys}, {queries} queries")
+    ax1.legend(loc="upper right", fontsize=8)
+    qs = {"99th percentile": 99, "90th percentile": 90, "median": 50, "10th percentile": 10}
+    dd = np.array(D_GRID)
+    samples = np.array([jac_norm_samples(int(d), n_keys, False, queries, seed) for d in dd])
+    for (lab, q), color in zip(qs.items(), ("C4", "C3", "C2", "C5"), strict=True):
+        ax2.plot(dd, np.percentile(samples, q, axis=1), "o-", ms=3, color=color, label=lab)
+    ax2.plot(dd, samples.mean(axis=1), "k--", lw=1.4, label="mean")
+    ax2.axhline(0.5, color=plotting.HALF_COLOR, ls="--", lw=1, label="1/2 (sup)")
+    _log2_axis(ax2)
+    ax2.set_yscale("log")
+    ax2.set_ylim(1e-6, 0.8)
+    ax2.set_xlabel("head dimension d (no scaling)")
+    ax2.set_ylabel(r"$\|J\|_2$ across queries")
+    ax2.set_title("quantiles over queries")
+    ax2.legend(loc="lower left", fontsize=8, ncol=2)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Non-monotone E||J||_2: rise, then 1/sigma decay
+# --------------------------------------------------------------------------
+def fixed_sigma_profile(n_keys: int, sigmas: np.ndarray, samples: int = 4000,
+                        seed: int = 0) -> dict[str, np.ndarray]:
+    """E||J||_2, E[p_(1)] and E[p_(2)] for N i.i.d. N(0, sigma^2) logits (common draws).
+
+    Returns arrays of shape (len(sigmas),) under ``"sigma"``, ``"jac_norm"``,
+    ``"jac_norm_se"``, ``"p1"``, ``"p2"``.
+    """
+    n_keys = as_int_at_least(n_keys, "n_keys", 2)
+    g = np.random.default_rng(seed).standard_normal((samples, n_keys))
+    out = {k: [] for k in ("jac_norm", "jac_norm_se", "p1", "p2")}
+    for s in sigmas:
+        sig = as_positive_float(s, "sigmas")
+        st = saturation_stats_from_logits(sig * g)
+        top2 = -np.partition(-softmax(sig * g), 1, axis=1)[:, :2]
+        out["jac_norm"].append(st.jac_norm)
+        out["jac_norm_se"].append(st.jac_norm_se)
+        out["p1"].append(top2[:, 0].mean())
+        out["p2"].append(top2[:, 1].mean())
+    return {"sigma": np.asarray(sigmas, float)} | {k: np.array(v) for k, v in out.items()}
+
+
+def fig_nonmonotone(curves: dict[int, np.ndarray], profile: dict[str, np.ndarray],
+                    n_keys: int = 64) -> Figure:
+    """Left: unscaled E||J||_2 against d for several N. Right: the mechanism at fixed sigma."""
+    fig, (ax1, ax2) = plotting.figure(2, width=10.0, height=3.5)
+    dd = np.array(D_GRID)
+    for (n, (mean, se)), color in zip(curves.items(), ("C0", "C2", "C1", "C4", "C5"),
+                                      strict=False):
+        ax1.errorbar(dd, mean, yerr=2 * se, fmt="o-", ms=3.5, capsize=2, color=color,
+                     label=f"N = {n}")
+        ax1.axhline(1 / n, color=color, ls=":", lw=1)
+    _log2_axis(ax1)
+    ax1.set_yscale("log")
+    ax1.set_xlabel("head dimension d (no scaling)")
+    ax1.set_ylabel(r"$\mathbb{E}\,\|J\|_2$")
+    ax1.set_title("rise, then fall (dotted: 1/N)")
+    ax1.legend(loc="lower left", ncol=2, fontsize=8.5)
+    s = profile["sigma"]
+    ax2.plot(s, profile["p1"], color="C3", label=r"$\mathbb{E}\,p_{(1)}$ (upper bound)")
+    ax2.plot(s, profile["jac_norm"], color="k", lw=2.2, label=r"$\mathbb{E}\,\|J\|_2$")
+    ax2.plot(s, profile["p2"], color="C2", label=r"$\mathbb{E}\,p_{(2)}$ (lower bound)")
+    ax2.axhline(1 / n_keys, color=plotting.ONE_COLOR, ls=":", lw=1, label="1/N")
+    peak = int(np.argmax(profile["jac_norm"]))
+    ax2.axvline(s[peak], color="k", lw=0.8, ls="--")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_ylim(5e-3, 1.2)
+    ax2.set_xlabel(r"logit standard deviation $\sigma$")
+    ax2.set_title(f"N = {n_keys}: p(2) ≤ ‖J‖₂ ≤ p(1); peak at σ ≈ {s[peak]:.2g}")
+    ax2.legend(loc="center left", fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# What actually vanishes: gradient norms
+# --------------------------------------------------------------------------
+def gradient_curves(n_keys: int = 64, ds: tuple[int, ...] = D_GRID, samples: int = 20_000,
+                    seed: int = 0) -> dict:
+    """:func:`lipattn.scaling.gradient_norms_fast` at each d, scaled and unscaled.
+
+    Returns ``{"d": ndarray, True: {name: ndarray}, False: {...}}`` with names
+    ``logits, query, keys, values`` and their ``_se``.
+    """
+    out: dict = {"d": np.asarray(ds)}
+    names = ("logits", "query", "keys", "values")
+    for scaled in (True, False):
+        rows = [gradient_norms_fast(d, n_keys, scaled, samples, seed=seed + 104729 * k)
+                for k, d in enumerate(ds)]
+        out[scaled] = {n: np.array([getattr(r, n) for r in rows])
+                       for n in (*names, *(n + "_se" for n in names))}
+    return out
+
+
+def fig_gradients(grads: dict, n_keys: int = 64) -> Figure:
+    """Mean gradient norms against d (left) and the unscaled/scaled ratios (right)."""
+    fig, (ax1, ax2) = plotting.figure(2, width=10.0, height=3.6)
+    dd = grads["d"]
+    styles = {"logits": ("o", r"$\|\partial L/\partial s\|$ (logits)"),
+              "query": ("s", r"$\|\partial L/\partial q\|$ (query; $\propto W_Q$)"),
+              "values": ("^", r"$\|\partial L/\partial V\|_F$ (values)")}
+    for name, (mk, lab) in styles.items():
+        for scaled, color, ls in ((True, _SCALED_COLOR, "-"), (False, _UNSCALED_COLOR, "--")):
+            ax1.errorbar(dd, grads[scaled][name], yerr=2 * grads[scaled][name + "_se"],
+                         fmt=mk + ls, ms=4, lw=1.2, capsize=2, color=color,
+                         mfc="white" if name == "values" else color,
+                         label=f"{lab}, {'scaled' if scaled else 'unscaled'}")
+    _log2_axis(ax1)
+    ax1.set_yscale("log")
+    ax1.set_xlabel("head dimension d")
+    ax1.set_ylabel("mean norm, unit upstream gradient")
+    ax1.set_title(f"gradients of one attention read-out, N = {n_keys}")
+    for name, color in (("logits", "C2"), ("query", "C4"), ("values", "C5")):
+        ax2.plot(dd, grads[False][name] / grads[True][name], "o-", ms=4, color=color,
+                 label=styles[name][1])
+    ax2.plot(dd, np.sqrt(dd), ":", color=plotting.ONE_COLOR, label=r"$\sqrt{d}$")
+    ax2.axhline(1, color="k", lw=0.8)
+    _log2_axis(ax2)
+    ax2.set_yscale("log")
+    ax2.set_xlabel("head dimension d")
+    ax2.set_title("ratio unscaled / scaled")
+    ax2.legend(loc="upper left", fontsize=8)
+    handles, labs = ax1.get_legend_handles_labels()
+    fig.legend(handles, labs, loc="outside lower center", ncol=3, fontsize=8)
+    return fig
+
+
+def logit_step_gain(d: int, n_keys: int, scaled: bool, samples: int = 200,
+                    seed: int = 0) -> float:
+    """Mean ``||delta s|| / ||dL/ds||`` for a unit-rate gradient step on the query.
+
+    A step ``q -> q - eta dL/dq`` with ``dL/dq = c K^T dL/ds`` moves the logits
+    ``s = c K q`` by ``delta s = -eta c^2 K K^T dL/ds``; this returns the
+    sample mean of ``c^2 ||K K^T dL/ds|| / ||dL/ds||`` (``eta = 1``), with
+    ``K`` drawn explicitly (cost ``O(samples N d)``), ``u = V g ~ N(0, I_N)``.
+    For ``d >> N``, ``K K^T ~ d I`` and the gain is about ``c^2 d``: 1 with
+    scaling, ``d`` without.
+    """
+    d = as_int_at_least(d, "d", 1)
+    n_keys = as_int_at_least(n_keys, "n_keys", 2)
+    scaled = as_bool(scaled, "scaled")
+    rng = np.random.default_rng(seed)
+    c = 1 / math.sqrt(d) if scaled else 1.0
+    q = rng.standard_normal((samples, d))
+    k = rng.standard_normal((samples, n_keys, d))
+    u = rng.standard_normal((samples, n_keys))
+    p = softmax(c * np.einsum("snd,sd->sn", k, q))
+    ds = p * (u - np.sum(p * u, axis=1, keepdims=True))
+    kkt_ds = np.einsum("snd,smd,sm->sn", k, k, ds)
+    return float(np.mean(c * c * np.linalg.norm(kkt_ds, axis=1) / np.linalg.norm(ds, axis=1)))
+
+
+# --------------------------------------------------------------------------
+# The random-energy-model approximation (optional, an approximation)
+# --------------------------------------------------------------------------
+def fig_rem(n_keys_list: tuple[int, ...] = (64, 1024), samples: int = 400,
+            seed: int = 0) -> Figure:
+    """E[H] of N i.i.d. N(0, sigma^2) logits (Monte Carlo) against ln N - sigma^2 / 2."""
+    from ..scaling import rem_entropy_approx
+
+    fig, ax = plotting.figure(1, width=6.5, height=3.3)
+    sig = np.linspace(0.05, 6.0, 60)
+    rng = np.random.default_rng(seed)
+    for n, color in zip(n_keys_list, ("C0", "C1"), strict=False):
+        g = rng.standard_normal((samples, n))
+        h = np.array([entropy(softmax(s * g)).mean() for s in sig])
+        ax.plot(sig, h, color=color, label=f"N = {n}, Monte Carlo")
+        ax.plot(sig, [rem_entropy_approx(float(s), n) for s in sig], "--", color=color,
+                label=rf"N = {n}, $\ln N - \sigma^2/2$ (approximation)")
+        ax.axvline(math.sqrt(2 * math.log(n)), color=color, ls=":", lw=1)
+    ax.set_xlabel(r"logit standard deviation $\sigma$ (dotted: $\sqrt{2\ln N}$)")
+    ax.set_ylabel(r"$\mathbb{E}[H(p)]$ (nats)")
+    ax.set_ylim(0, 7.3)
+    ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# The d-explorer
+# --------------------------------------------------------------------------
+_N_GRID = (2, 8, 64, 1024)
+_TOP = 16
+_LOGIT_EDGES_T = np.linspace(-math.asinh(400.0), math.asinh(400.0), 73)  # asinh-space bins
+_JAC_EDGES = np.linspace(0.0, 0.5, 41)
+_HIST_FLOOR = 1e-5
+
+
+def _queries_for(n_keys: int) -> int:
+    """Queries per frame: 2000, fewer for large N (at most 2^18 logits a frame)."""
+    return int(min(2000, max(256, 2**18 // n_keys)))
+
+
+@dataclass(frozen=True)
+class DExplorerData:
+    """Everything the d-explorer shows, for one (N, scaling), at every d of D_GRID.
+
+    Attributes
+    ----------
+    d : ndarray, shape (13,)
+    jac, entropy, max_p, sigma : ndarray, shape (13, M)
+        Per query: ``||J||_2``, ``H(p)``, ``max p`` (from
+        :func:`lipattn.scaling.saturation_stats_from_logits`'s row statistics)
+        and the logit standard deviation ``c ||q||`` given ``q``.
+    logit_share : ndarray, shape (13, 72)
+        Share of all M*N logits in each bin of ``sinh`` of 72 equal bins of
+        ``asinh(s)`` over ``[-asinh 400, asinh 400]`` (clipped into the range).
+    jac_share : ndarray, shape (13, 40)
+        Share of the M queries with ``||J||_2`` in each of 40 equal bins of [0, 1/2].
+    top_row : ndarray, shape (13, 16)
+        The 16 largest attention weights of query 0, sorted (zero-padded if N < 16).
+    """
+
+    d: np.ndarray
+    jac: np.ndarray
+    entropy: np.ndarray
+    max_p: np.ndarray
+    sigma: np.ndarray
+    logit_share: np.ndarray
+    jac_share: np.ndarray
+    top_row: np.ndarray
+
+
+@lru_cache(maxsize=16)
+def d_explorer_data(n_keys: int, scaled: bool, seed: int = 0) -> DExplorerData:
+    """Compute :class:`DExplorerData` (cached: the explorer is built from it once)."""
+    m = _queries_for(n_keys)
+    jac, ent, mp, sig, lsh, jsh, top = ([] for _ in range(7))
+    for d in D_GRID:
+        s = nested_logits(d, n_keys, scaled, m, seed)
+        h, p_max, j = saturation_per_row(s)
+        r2, _ = _base_draws(2000, 1024, int(seed))
+        sig.append(np.sqrt(r2[:m, D_GRID.index(d)] / (d if scaled else 1)))
+        jac.append(j)
+        ent.append(h)
+        mp.append(p_max)
+        t = np.clip(np.arcsinh(s.ravel()), _LOGIT_EDGES_T[0], _LOGIT_EDGES_T[-1])
+        lsh.append(np.histogram(t, bins=_LOGIT_EDGES_T)[0] / t.size)
+        jsh.append(np.histogram(j, bins=_JAC_EDGES)[0] / m)
+        row = np.zeros(_TOP)
+        p0 = np.sort(softmax(s[0]))[::-1][:_TOP]
+        row[: p0.size] = p0
+        top.append(row)
+    arrs = [np.array(a) for a in (jac, ent, mp, sig, lsh, jsh, top)]
+    for a in arrs:
+        a.setflags(write=False)
+    return DExplorerData(np.array(D_GRID), *arrs)
+
+
+def _steps(edges: np.ndarray, heights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x, y of a step outline of a histogram (for Line2D.set_data)."""
+    return np.repeat(edges, 2)[1:-1], np.repeat(heights, 2)
+
+
+@register
+class DExplorer(Explorer):
+    """Drag d with and without 1/sqrt(d): one row, the logits, ||J||_2 over queries, the means."""
+
+    name = "scaling-d"
+    title = "Drag the head dimension d: attention with and without the 1/√d scaling"
+    slider_specs = (
+        Slider("d", D_GRID, label="head dimension d", default=64),
+        Slider("scaled", (True, False), label="divide by √d",
+               fmt=lambda v: "on (scaled)" if v else "off (unscaled)"),
+        Slider("n_keys", _N_GRID, label="keys N", default=64),
+    )
+    width, height = 10.0, 6.0
+
+    def setup(self, fig: Figure):
+        self._data = {(n, sc): d_explorer_data(n, sc) for n in _N_GRID for sc in (True, False)}
+        (ax_p, ax_s), (ax_j, ax_m) = fig.subplots(2, 2)
+        # (a) one attention row
+        self._bars = ax_p.bar(np.arange(1, _TOP + 1), np.zeros(_TOP), color="C0")
+        ax_p.set_ylim(0, 1.05)
+        ax_p.set_xlim(0.3, _TOP + 0.7)
+        ax_p.set_xticks([1, 4, 8, 12, 16])
+        ax_p.set_xlabel("key rank (largest 16 weights of one query)")
+        ax_p.set_ylabel("attention weight")
+        ax_p.set_title("one query's attention row, sorted")
+        self._row_text = ax_p.text(0.97, 0.95, "", transform=ax_p.transAxes, ha="right",
+                                   va="top", fontsize=9,
+                                   bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        # (b) distribution of the logits
+        x, y = _steps(np.sinh(_LOGIT_EDGES_T), np.zeros(_LOGIT_EDGES_T.size - 1))
+        ref = np.diff(0.5 * (1 + np.vectorize(math.erf)(np.sinh(_LOGIT_EDGES_T) / math.sqrt(2))))
+        ax_s.plot(*_steps(np.sinh(_LOGIT_EDGES_T), ref), color=plotting.ONE_COLOR, lw=1,
+                  ls=":", label="N(0, 1)")
+        (self._logit_line,) = ax_s.plot(x, y, color="C0", lw=1.6, label="logits $s_j$")
+        ax_s.set_xscale("asinh", linear_width=1.0)
+        ax_s.set_xlim(-400, 400)
+        ax_s.xaxis.set_major_locator(FixedLocator([-100, -10, -1, 0, 1, 10, 100]))
+        ax_s.xaxis.set_minor_locator(NullLocator())
+        ax_s.set_xticklabels(["−100", "−10", "−1", "0", "1", "10", "100"])
+        ax_s.set_ylim(0, 0.16)
+        ax_s.set_xlabel("logit $s_j$ (asinh axis)")
+        ax_s.set_ylabel("share of logits per bin")
+        ax_s.set_title("distribution of the logits, all queries")
+        ax_s.legend(loc="upper left", fontsize=8)
+        self._logit_text = ax_s.text(0.97, 0.95, "", transform=ax_s.transAxes, ha="right",
+                                     va="top", fontsize=9,
+                                     bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        # (c) histogram of ||J||_2 over queries
+        x, y = _steps(_JAC_EDGES, np.full(_JAC_EDGES.size - 1, _HIST_FLOOR))
+        (self._jac_line,) = ax_j.plot(x, y, color="C0", lw=1.6)
+        self._jac_mean = ax_j.axvline(0.1, color="k", ls="--", lw=1.2, label="mean")
+        self._jac_uniform = ax_j.axvline(0.1, color=plotting.ONE_COLOR, ls=":", lw=1.2,
+                                         label="1/N (uniform p)")
+        ax_j.axvline(0.5, color=plotting.HALF_COLOR, ls="--", lw=1, label="1/2 (sup)")
+        ax_j.set_yscale("log")
+        ax_j.set_ylim(2e-4, 1.5)
+        ax_j.set_xlim(0, 0.52)
+        ax_j.set_xlabel(r"$\|J\|_2$ of one query")
+        ax_j.set_ylabel("share of queries (log)")
+        ax_j.set_title(r"$\|J\|_2$ across queries")
+        ax_j.legend(loc="upper center", fontsize=8, ncol=3)
+        self._jac_text = ax_j.text(0.97, 0.8, "", transform=ax_j.transAxes, ha="right",
+                                   va="top", fontsize=9,
+                                   bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        # (d) running means against d
+        dd = np.array(D_GRID, float)
+        self._curves, self._faint, self._refs = [], [], []
+        for color, lab in (("C0", r"$\mathbb{E}\,\|J\|_2$"), ("C1", r"$\mathbb{E}[H]/\ln N$"),
+                           ("C3", r"$\mathbb{E}[\max p]$")):
+            (faint,) = ax_m.plot(dd, np.zeros_like(dd), color=color, lw=1, alpha=0.3)
+            (line,) = ax_m.plot(dd[:1], [0.0], "o-", ms=3.5, color=color, label=lab)
+            (ref,) = ax_m.plot([dd[0], dd[-1]], [0.0, 0.0], ":", color=color, lw=1)
+            self._curves.append(line)
+            self._faint.append(faint)
+            self._refs.append(ref)
+        _log2_axis(ax_m)
+        ax_m.set_ylim(-0.02, 1.05)
+        ax_m.set_xlabel("head dimension d")
+        ax_m.set_title("means over queries up to this d (dotted: value at d = 1)")
+        ax_m.legend(loc="center left", fontsize=8)
+        self._vline = ax_m.axvline(1.0, color="k", lw=0.8)
+        return [*self._bars, self._row_text, self._logit_line, self._logit_text,
+                self._jac_line, self._jac_mean, self._jac_uniform, self._jac_text,
+                *self._faint, *self._curves, *self._refs, self._vline]
+
+    def update(self, d: int, scaled: bool, n_keys: int) -> None:
+        data = self._data[(n_keys, scaled)]
+        k = D_GRID.index(d)
+        for bar, h in zip(self._bars, data.top_row[k], strict=True):
+            bar.set_height(h)
+        s0 = data.sigma[k, 0]
+        self._row_text.set_text(
+            f"this query: σ = {s0:.3g}\nmax p = {data.max_p[k, 0]:.3f}\n"
+            f"H = {data.entropy[k, 0]:.3f} nats\n‖J‖₂ = {data.jac[k, 0]:.3g}")
+        self._logit_line.set_ydata(np.repeat(data.logit_share[k], 2))
+        rms = math.sqrt(float(np.mean(data.sigma[k] ** 2)))
+        self._logit_text.set_text(f"sd of logits = {rms:.3g}\n"
+                                  f"{data.sigma.shape[1]} queries × {n_keys} keys")
+        self._jac_line.set_ydata(np.repeat(np.maximum(data.jac_share[k], _HIST_FLOOR), 2))
+        jm = float(data.jac[k].mean())
+        self._jac_mean.set_xdata([jm, jm])
+        self._jac_uniform.set_xdata([1 / n_keys, 1 / n_keys])
+        self._jac_text.set_text(f"mean = {jm:.3g}\nmedian = {np.median(data.jac[k]):.3g}\n"
+                                f"share > 1/4: {np.mean(data.jac[k] > 0.25):.1%}")
+        dd = data.d.astype(float)
+        means = (data.jac.mean(axis=1), data.entropy.mean(axis=1) / math.log(max(n_keys, 2)),
+                 data.max_p.mean(axis=1))
+        for line, faint, ref, y in zip(self._curves, self._faint, self._refs, means,
+                                       strict=True):
+            line.set_data(dd[: k + 1], y[: k + 1])
+            faint.set_ydata(y)
+            ref.set_ydata([y[0], y[0]])
+        self._vline.set_xdata([d, d])
+
+
+# --------------------------------------------------------------------------
+# The sigma explorer
+# --------------------------------------------------------------------------
+_SIGMA_N = 16
+_SIGMAS = tuple(float(f"{s:.2g}") for s in np.geomspace(0.1, 100.0, 19))
+_CURVE_SIGMAS = np.geomspace(0.05, 200.0, 160)
+
+
+@lru_cache(maxsize=2)
+def _sigma_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Four fixed standard-normal rows (N = 16) whose top-two gaps sit at the
+    1st, 10th, 50th and 90th percentiles of 4000 draws; and those gaps."""
+    g = np.random.default_rng(seed).standard_normal((4000, _SIGMA_N))
+    top2 = -np.partition(-g, 1, axis=1)[:, :2]
+    gaps = top2[:, 0] - top2[:, 1]
+    order = np.argsort(gaps)
+    picks = order[(np.array([0.01, 0.10, 0.50, 0.90]) * gaps.size).astype(int)]
+    return g[picks], gaps[picks]
+
+
+@lru_cache(maxsize=2)
+def _sigma_mean_curve(seed: int = 1, samples: int = 3000) -> np.ndarray:
+    """E||J||_2 over random rows (N = 16) on _CURVE_SIGMAS (Monte Carlo, common draws)."""
+    g = np.random.default_rng(seed).standard_normal((samples, _SIGMA_N))
+    return np.array([float(np.mean(softmax_jacobian_norm(s * g))) for s in _CURVE_SIGMAS])
+
+
+@register
+class SigmaExplorer(Explorer):
+    """Scale one attention row's logits by sigma; its ||J||_2 collapses exponentially, the mean like 1/sigma."""
+
+    name = "scaling-sigma"
+    title = "Scale one row of logits s = σ·g (N = 16): saturation of a single query"
+    slider_specs = (
+        Slider("sigma", _SIGMAS, label="logit scale σ", default=_SIGMAS[6]),
+        Slider("row", (0, 1, 2, 3), label="row (gap between its top two g's)", default=2,
+               fmt=lambda i: f"gap {_sigma_rows()[1][i]:.2f}"),
+    )
+    width, height = 10.0, 3.5
+
+    def setup(self, fig: Figure):
+        rows, self._gaps = _sigma_rows()
+        self._rows = rows
+        self._row_curves = np.array([softmax_jacobian_norm(_CURVE_SIGMAS[:, None] * r[None, :])
+                                     for r in rows])
+        ax_p, ax_c = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.5]})
+        self._bars = ax_p.bar(np.arange(1, _SIGMA_N + 1), np.zeros(_SIGMA_N), color="C0")
+        ax_p.set_ylim(0, 1.05)
+        ax_p.set_xticks([1, 4, 8, 12, 16])
+        ax_p.set_xlabel("key rank (sorted by weight)")
+        ax_p.set_ylabel("attention weight")
+        ax_p.set_title(r"$p = \mathrm{softmax}(\sigma g)$")
+        self._text = ax_p.text(0.97, 0.95, "", transform=ax_p.transAxes, ha="right", va="top",
+                               fontsize=9, bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        floor = 1e-300
+        mean = _sigma_mean_curve()
+        ax_c.plot(_CURVE_SIGMAS, mean, "k--", lw=1.6,
+                  label=r"$\mathbb{E}\,\|J\|_2$ over random rows (~$1/\sigma$)")
+        (self._row_line,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1),
+                                      color="C0", label=r"this row's $\|J\|_2$")
+        (self._hi,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1), ":",
+                                color="C3", lw=1.4, label=r"$2(N-1)e^{-\sigma G}$ and $e^{-\sigma G}/N$")
+        (self._lo,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1), ":",
+                                color="C3", lw=1.4)
+        ax_c.axhline(0.5, color=plotting.HALF_COLOR, ls="--", lw=1, label="1/2")
+        ax_c.axhline(1 / _SIGMA_N, color=plotting.ONE_COLOR, ls=":", lw=1, label="1/N")
+        (self._dot,) = ax_c.plot([1.0], [0.1], "o", color="C0", ms=7)
+        ax_c.set_xscale("log")
+        ax_c.set_yscale("log")
+        ax_c.set_xlim(_CURVE_SIGMAS[0], _CURVE_SIGMAS[-1])
+        ax_c.set_ylim(1e-7, 1.0)
+        ax_c.set_xlabel(r"$\sigma$ (log axis)")
+        ax_c.set_ylabel(r"$\|J\|_2$ (log axis)")
+        ax_c.set_title("this row decays exponentially, the average like 1/σ")
+        ax_c.legend(loc="lower left", fontsize=8)
+        self._floor = floor
+        return [*self._bars, self._text, self._row_line, self._hi, self._lo, self._dot]
+
+    def update(self, sigma: float, row: int) -> None:
+        g = self._rows[row]
+        z = sigma * g
+        p = softmax(z)
+        for bar, h in zip(self._bars, np.sort(p)[::-1], strict=True):
+            bar.set_height(h)
+        norm = float(softmax_jacobian_norm(z))
+        h = float(entropy(p))
+        self._text.set_text(f"σ = {sigma:.3g}, gap G = {self._gaps[row]:.3f}\n"
+                            f"‖J‖₂ = {norm:.3g}\nH = {h:.3g} nats\nmax p = {p.max():.3f}")
+        self._row_line.set_ydata(np.maximum(self._row_curves[row], self._floor))
+        e = np.exp(-_CURVE_SIGMAS * self._gaps[row])
+        self._hi.set_ydata(np.maximum(2 * (_SIGMA_N - 1) * e, self._floor))
+        self._lo.set_ydata(np.maximum(e / _SIGMA_N, self._floor))
+        self._dot.set_data([sigma], [max(norm, self._floor)])

@@ -1,0 +1,59 @@
+"""Experiments of the softmax chapter (lipattn/viz/softmax.py), against
+references that do not go through lipattn's secular solver."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lipattn.viz import softmax as viz
+
+
+def _dense_norm(p: np.ndarray) -> np.ndarray:
+    """||diag(p) - p p^T||_2 by a dense eigensolver, from p directly."""
+    jac = p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]
+    return np.linalg.eigvalsh(jac)[..., -1]
+
+
+def test_norm_search_never_beats_one_half_but_gets_close():
+    res = viz.norm_search(n=5, trials=3000, steps=800, seed=1)
+    assert res.random.shape == (3000,) and res.adversarial.shape == (800,)
+    assert res.random.max() <= 0.5 and res.adversarial.max() <= 0.5
+    assert np.all(np.diff(res.adversarial) >= 0)          # best-so-far
+    assert res.adversarial[-1] > 0.49                      # approaches the supremum
+    # the climb ends near a tie of the two largest logits, as Theorem "tight" says
+    top2 = np.sort(res.best_logits)[-2:]
+    assert abs(top2[1] - top2[0]) < 0.5
+    p = np.exp(res.best_logits - res.best_logits.max())
+    assert np.isclose(_dense_norm(p / p.sum()), res.adversarial[-1], atol=1e-12)
+
+
+def test_simplex_grid_against_dense_eigensolver_and_known_points():
+    p, norms = viz.simplex_grid(resolution=30)
+    assert np.allclose(p.sum(axis=1), 1.0) and p.min() > 0
+    assert np.allclose(norms, _dense_norm(p), atol=1e-12)
+    assert norms.max() < 0.5
+    # the largest value sits next to an edge midpoint: two coordinates ~1/2
+    top = np.sort(p[norms.argmax()])
+    assert top[-1] < 0.55 and top[-2] > 0.45
+    centre = np.array([[1 / 3, 1 / 3, 1 / 3]])
+    assert np.isclose(_dense_norm(centre)[0], 1 / 3)
+
+
+def test_lipschitz_ratios_reach_but_do_not_exceed_one_half():
+    r = viz.lipschitz_ratios(ns=(2, 8, 64), pairs=500, seed=3)
+    for key in ("l2", "linf"):
+        assert np.all(r[key] <= 0.5 + 1e-9)
+        assert np.all(r[key] > 0.49)
+
+
+@pytest.mark.parametrize("kwargs, match", [({"n": 1}, "n must"), ({"trials": 0}, "trials"),
+                                           ({"steps": 1.5}, "steps")])
+def test_bad_search_arguments(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        viz.norm_search(**kwargs)
+
+
+def test_bad_resolution():
+    with pytest.raises(ValueError, match="resolution"):
+        viz.simplex_grid(resolution=2)
