@@ -61,7 +61,8 @@ bench: $(STAMP)
 
 lab: $(STAMP)
 	JUPYTERLAB_SETTINGS_DIR=$(CURDIR)/.jupyter/lab/user-settings \
-	  $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --notebook-dir=$(CURDIR)
+	  $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) \
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 clean:
 	rm -rf _build

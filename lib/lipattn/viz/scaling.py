@@ -509,7 +509,9 @@ def fig_rem(n_keys_list: tuple[int, ...] = (64, 1024), samples: int = 400,
 # --------------------------------------------------------------------------
 # The d-explorer
 # --------------------------------------------------------------------------
-_N_GRID = (2, 8, 64, 1024)
+_N_GRID = (2, 64, 1024)
+#: d values on the explorer's slider (every power of 2 up to 64, then every 4th).
+_D_SLIDER = (1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096)
 _TOP = 16
 _LOGIT_EDGES_T = np.linspace(-math.asinh(400.0), math.asinh(400.0), 73)  # asinh-space bins
 _JAC_EDGES = np.linspace(0.0, 0.5, 41)
@@ -589,12 +591,12 @@ class DExplorer(Explorer):
     name = "scaling-d"
     title = "Drag the head dimension d: attention with and without the 1/√d scaling"
     slider_specs = (
-        Slider("d", D_GRID, label="head dimension d", default=64),
+        Slider("d", _D_SLIDER, label="head dimension d", default=64),
         Slider("scaled", (True, False), label="divide by √d",
                fmt=lambda v: "on (scaled)" if v else "off (unscaled)"),
         Slider("n_keys", _N_GRID, label="keys N", default=64),
     )
-    width, height = 10.0, 6.0
+    width, height = 9.6, 4.7
 
     def setup(self, fig: Figure):
         self._data = {(n, sc): d_explorer_data(n, sc) for n in _N_GRID for sc in (True, False)}
@@ -604,12 +606,10 @@ class DExplorer(Explorer):
         ax_p.set_ylim(0, 1.05)
         ax_p.set_xlim(0.3, _TOP + 0.7)
         ax_p.set_xticks([1, 4, 8, 12, 16])
-        ax_p.set_xlabel("key rank (largest 16 weights of one query)")
-        ax_p.set_ylabel("attention weight")
-        ax_p.set_title("one query's attention row, sorted")
-        self._row_text = ax_p.text(0.97, 0.95, "", transform=ax_p.transAxes, ha="right",
-                                   va="top", fontsize=9,
-                                   bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        ax_p.set_xlabel("key rank (top 16)")
+        ax_p.set_ylabel("weight")
+        # the titles carry the read-outs, so they never cover the data
+        self._row_text = ax_p.set_title("one query's attention row", fontsize=10)
         # (b) distribution of the logits
         x, y = _steps(np.sinh(_LOGIT_EDGES_T), np.zeros(_LOGIT_EDGES_T.size - 1))
         ref = np.diff(0.5 * (1 + np.vectorize(math.erf)(np.sinh(_LOGIT_EDGES_T) / math.sqrt(2))))
@@ -621,14 +621,12 @@ class DExplorer(Explorer):
         ax_s.xaxis.set_major_locator(FixedLocator([-100, -10, -1, 0, 1, 10, 100]))
         ax_s.xaxis.set_minor_locator(NullLocator())
         ax_s.set_xticklabels(["−100", "−10", "−1", "0", "1", "10", "100"])
-        ax_s.set_ylim(0, 0.16)
+        top = max(float(dat.logit_share.max()) for dat in self._data.values())
+        ax_s.set_ylim(0, 1.08 * top)
         ax_s.set_xlabel("logit $s_j$ (asinh axis)")
-        ax_s.set_ylabel("share of logits per bin")
-        ax_s.set_title("distribution of the logits, all queries")
+        ax_s.set_ylabel("share per bin")
         ax_s.legend(loc="upper left", fontsize=8)
-        self._logit_text = ax_s.text(0.97, 0.95, "", transform=ax_s.transAxes, ha="right",
-                                     va="top", fontsize=9,
-                                     bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        self._logit_text = ax_s.set_title("logits of all queries", fontsize=10)
         # (c) histogram of ||J||_2 over queries
         x, y = _steps(_JAC_EDGES, np.full(_JAC_EDGES.size - 1, _HIST_FLOOR))
         (self._jac_line,) = ax_j.plot(x, y, color="C0", lw=1.6)
@@ -640,12 +638,9 @@ class DExplorer(Explorer):
         ax_j.set_ylim(2e-4, 1.5)
         ax_j.set_xlim(0, 0.52)
         ax_j.set_xlabel(r"$\|J\|_2$ of one query")
-        ax_j.set_ylabel("share of queries (log)")
-        ax_j.set_title(r"$\|J\|_2$ across queries")
-        ax_j.legend(loc="upper center", fontsize=8, ncol=3)
-        self._jac_text = ax_j.text(0.97, 0.8, "", transform=ax_j.transAxes, ha="right",
-                                   va="top", fontsize=9,
-                                   bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        ax_j.set_ylabel("share (log)")
+        ax_j.legend(loc="upper center", fontsize=8, ncol=3, handlelength=1.2)
+        self._jac_text = ax_j.set_title("‖J‖₂ across queries", fontsize=10)
         # (d) running means against d
         dd = np.array(D_GRID, float)
         self._curves, self._faint, self._refs = [], [], []
@@ -660,8 +655,7 @@ class DExplorer(Explorer):
         _log2_axis(ax_m)
         ax_m.set_ylim(-0.02, 1.05)
         ax_m.set_xlabel("head dimension d")
-        ax_m.set_title("means over queries up to this d (dotted: value at d = 1)")
-        ax_m.legend(loc="center left", fontsize=8)
+        ax_m.legend(loc="lower center", bbox_to_anchor=(0.5, 0.98), ncol=3, fontsize=8.5)
         self._vline = ax_m.axvline(1.0, color="k", lw=0.8)
         return [*self._bars, self._row_text, self._logit_line, self._logit_text,
                 self._jac_line, self._jac_mean, self._jac_uniform, self._jac_text,
@@ -674,18 +668,18 @@ class DExplorer(Explorer):
             bar.set_height(h)
         s0 = data.sigma[k, 0]
         self._row_text.set_text(
-            f"this query: σ = {s0:.3g}\nmax p = {data.max_p[k, 0]:.3f}\n"
-            f"H = {data.entropy[k, 0]:.3f} nats\n‖J‖₂ = {data.jac[k, 0]:.3g}")
+            f"one query: σ = {s0:.3g}, max p = {data.max_p[k, 0]:.3f}, "
+            f"‖J‖₂ = {data.jac[k, 0]:.2g}")
         self._logit_line.set_ydata(np.repeat(data.logit_share[k], 2))
         rms = math.sqrt(float(np.mean(data.sigma[k] ** 2)))
-        self._logit_text.set_text(f"sd of logits = {rms:.3g}\n"
-                                  f"{data.sigma.shape[1]} queries × {n_keys} keys")
+        self._logit_text.set_text(f"logits of all queries: sd = {rms:.3g}")
         self._jac_line.set_ydata(np.repeat(np.maximum(data.jac_share[k], _HIST_FLOOR), 2))
         jm = float(data.jac[k].mean())
         self._jac_mean.set_xdata([jm, jm])
         self._jac_uniform.set_xdata([1 / n_keys, 1 / n_keys])
-        self._jac_text.set_text(f"mean = {jm:.3g}\nmedian = {np.median(data.jac[k]):.3g}\n"
-                                f"share > 1/4: {np.mean(data.jac[k] > 0.25):.1%}")
+        self._jac_text.set_text(f"‖J‖₂ over {data.jac.shape[1]} queries: median "
+                                f"{np.median(data.jac[k]):.2g}, {np.mean(data.jac[k] > 0.25):.0%}"
+                                " above 1/4")
         dd = data.d.astype(float)
         means = (data.jac.mean(axis=1), data.entropy.mean(axis=1) / math.log(max(n_keys, 2)),
                  data.max_p.mean(axis=1))
@@ -701,19 +695,19 @@ class DExplorer(Explorer):
 # The sigma explorer
 # --------------------------------------------------------------------------
 _SIGMA_N = 16
-_SIGMAS = tuple(float(f"{s:.2g}") for s in np.geomspace(0.1, 100.0, 19))
+_SIGMAS = tuple(float(f"{s:.2g}") for s in np.geomspace(0.1, 100.0, 13))
 _CURVE_SIGMAS = np.geomspace(0.05, 200.0, 160)
 
 
 @lru_cache(maxsize=2)
 def _sigma_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Four fixed standard-normal rows (N = 16) whose top-two gaps sit at the
-    1st, 10th, 50th and 90th percentiles of 4000 draws; and those gaps."""
+    """Three fixed standard-normal rows (N = 16) whose top-two gaps sit at the
+    1st, 50th and 90th percentiles of 4000 draws; and those gaps."""
     g = np.random.default_rng(seed).standard_normal((4000, _SIGMA_N))
     top2 = -np.partition(-g, 1, axis=1)[:, :2]
     gaps = top2[:, 0] - top2[:, 1]
     order = np.argsort(gaps)
-    picks = order[(np.array([0.01, 0.10, 0.50, 0.90]) * gaps.size).astype(int)]
+    picks = order[(np.array([0.01, 0.50, 0.90]) * gaps.size).astype(int)]
     return g[picks], gaps[picks]
 
 
@@ -732,10 +726,10 @@ class SigmaExplorer(Explorer):
     title = "Scale one row of logits s = σ·g (N = 16): saturation of a single query"
     slider_specs = (
         Slider("sigma", _SIGMAS, label="logit scale σ", default=_SIGMAS[6]),
-        Slider("row", (0, 1, 2, 3), label="row (gap between its top two g's)", default=2,
+        Slider("row", (0, 1, 2), label="row (gap between its top two g's)", default=1,
                fmt=lambda i: f"gap {_sigma_rows()[1][i]:.2f}"),
     )
-    width, height = 10.0, 3.5
+    width, height = 9.6, 3.3
 
     def setup(self, fig: Figure):
         rows, self._gaps = _sigma_rows()
@@ -758,7 +752,7 @@ class SigmaExplorer(Explorer):
         (self._row_line,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1),
                                       color="C0", label=r"this row's $\|J\|_2$")
         (self._hi,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1), ":",
-                                color="C3", lw=1.4, label=r"$2(N-1)e^{-\sigma G}$ and $e^{-\sigma G}/N$")
+                                color="C3", lw=1.4, label=r"bounds $e^{-\sigma G}/N$ and $2(N-1)e^{-\sigma G}$")
         (self._lo,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1), ":",
                                 color="C3", lw=1.4)
         ax_c.axhline(0.5, color=plotting.HALF_COLOR, ls="--", lw=1, label="1/2")
@@ -783,8 +777,7 @@ class SigmaExplorer(Explorer):
             bar.set_height(h)
         norm = float(softmax_jacobian_norm(z))
         h = float(entropy(p))
-        self._text.set_text(f"σ = {sigma:.3g}, gap G = {self._gaps[row]:.3f}\n"
-                            f"‖J‖₂ = {norm:.3g}\nH = {h:.3g} nats\nmax p = {p.max():.3f}")
+        self._text.set_text(f"‖J‖₂ = {norm:.3g}\nH = {h:.3g} nats\nmax p = {p.max():.3f}")
         self._row_line.set_ydata(np.maximum(self._row_curves[row], self._floor))
         e = np.exp(-_CURVE_SIGMAS * self._gaps[row])
         self._hi.set_ydata(np.maximum(2 * (_SIGMA_N - 1) * e, self._floor))

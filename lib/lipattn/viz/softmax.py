@@ -227,7 +227,8 @@ class LogitsExplorer(Explorer):
     name = "softmax-logits"
     title = "Logits and temperature: p, the Jacobian J, and its eigenvalues"
     slider_specs = (
-        Slider("z1", tuple(np.round(np.arange(-3.0, 6.01, 0.75), 2)), label="logit z₁",
+        Slider("z1", tuple(float(v) for v in np.round(np.arange(-3.0, 6.01, 0.75), 2)),
+               label="logit z₁",
                default=1.5),
         Slider("tau", (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0), label="temperature τ",
                default=1.0),
