@@ -85,7 +85,8 @@ def mean_inverse_chi(d: int) -> float:
 # --------------------------------------------------------------------------
 @lru_cache(maxsize=4)
 def _base_draws(queries: int, max_keys: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``||q_{1:d}||^2`` at every d in D_GRID, shape (queries, 13), and directions (queries, max_keys)."""
+    """``||q_{1:d}||^2`` at every d of D_GRID, shape (queries, 13), and key directions,
+    shape (queries, max_keys)."""
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((queries, D_GRID[-1]))
     r2 = np.cumsum(z * z, axis=1)[:, np.array(D_GRID) - 1]
@@ -155,7 +156,7 @@ def fig_intuition(ds: tuple[int, ...] = (4, 64, 1024), n_keys: int = 64, seed: i
         ax.set_xlabel("key, sorted by attention weight (top 24 of N = 64)")
         ax.set_title(title)
     axes[0].set_ylabel("attention weight $p_j$ (log axis)")
-    axes[1].legend(loc="upper right")
+    axes[1].legend(loc="lower right")
     return fig
 
 
@@ -399,7 +400,7 @@ def fig_nonmonotone(curves: dict[int, np.ndarray], profile: dict[str, np.ndarray
     ax2.set_ylim(5e-3, 1.2)
     ax2.set_xlabel(r"logit standard deviation $\sigma$")
     ax2.set_title(f"N = {n_keys}: p(2) ≤ ‖J‖₂ ≤ p(1); peak at σ ≈ {s[peak]:.2g}")
-    ax2.legend(loc="center left", fontsize=8)
+    ax2.legend(loc="upper left", fontsize=8)
     return fig
 
 
@@ -720,7 +721,7 @@ def _sigma_mean_curve(seed: int = 1, samples: int = 3000) -> np.ndarray:
 
 @register
 class SigmaExplorer(Explorer):
-    """Scale one attention row's logits by sigma; its ||J||_2 collapses exponentially, the mean like 1/sigma."""
+    """Scale one row's logits by sigma: its ||J||_2 falls exponentially, the mean like 1/sigma."""
 
     name = "scaling-sigma"
     title = "Scale one row of logits s = σ·g (N = 16): saturation of a single query"
@@ -752,7 +753,8 @@ class SigmaExplorer(Explorer):
         (self._row_line,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1),
                                       color="C0", label=r"this row's $\|J\|_2$")
         (self._hi,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1), ":",
-                                color="C3", lw=1.4, label=r"bounds $e^{-\sigma G}/N$ and $2(N-1)e^{-\sigma G}$")
+                                color="C3", lw=1.4,
+                                label=r"bounds $e^{-\sigma G}/N$ and $2(N-1)e^{-\sigma G}$")
         (self._lo,) = ax_c.plot(_CURVE_SIGMAS, np.full(_CURVE_SIGMAS.size, 0.1), ":",
                                 color="C3", lw=1.4)
         ax_c.axhline(0.5, color=plotting.HALF_COLOR, ls="--", lw=1, label="1/2")
