@@ -425,35 +425,24 @@ def gradient_curves(n_keys: int = 64, ds: tuple[int, ...] = D_GRID, samples: int
 
 
 def fig_gradients(grads: dict, n_keys: int = 64) -> Figure:
-    """Mean gradient norms against d (left) and the unscaled/scaled ratios (right)."""
-    fig, (ax1, ax2) = plotting.figure(2, width=10.0, height=3.6)
+    """Mean gradient norms against d, one panel per quantity, scaled vs unscaled."""
+    fig, axes = plotting.figure(3, width=9.0, height=3.1, sharex=True)
     dd = grads["d"]
-    styles = {"logits": ("o", r"$\|\partial L/\partial s\|$ (logits)"),
-              "query": ("s", r"$\|\partial L/\partial q\|$ (query; $\propto W_Q$)"),
-              "values": ("^", r"$\|\partial L/\partial V\|_F$ (values)")}
-    for name, (mk, lab) in styles.items():
-        for scaled, color, ls in ((True, _SCALED_COLOR, "-"), (False, _UNSCALED_COLOR, "--")):
-            ax1.errorbar(dd, grads[scaled][name], yerr=2 * grads[scaled][name + "_se"],
-                         fmt=mk + ls, ms=4, lw=1.2, capsize=2, color=color,
-                         mfc="white" if name == "values" else color,
-                         label=f"{lab}, {'scaled' if scaled else 'unscaled'}")
-    _log2_axis(ax1)
-    ax1.set_yscale("log")
-    ax1.set_xlabel("head dimension d")
-    ax1.set_ylabel("mean norm, unit upstream gradient")
-    ax1.set_title(f"gradients of one attention read-out, N = {n_keys}")
-    for name, color in (("logits", "C2"), ("query", "C4"), ("values", "C5")):
-        ax2.plot(dd, grads[False][name] / grads[True][name], "o-", ms=4, color=color,
-                 label=styles[name][1])
-    ax2.plot(dd, np.sqrt(dd), ":", color=plotting.ONE_COLOR, label=r"$\sqrt{d}$")
-    ax2.axhline(1, color="k", lw=0.8)
-    _log2_axis(ax2)
-    ax2.set_yscale("log")
-    ax2.set_xlabel("head dimension d")
-    ax2.set_title("ratio unscaled / scaled")
-    ax2.legend(loc="upper left", fontsize=8)
-    handles, labs = ax1.get_legend_handles_labels()
-    fig.legend(handles, labs, loc="outside lower center", ncol=3, fontsize=8)
+    panels = {"logits": r"logits $\|\partial L/\partial s\|$",
+              "query": r"query $\|\partial L/\partial q\|$ ($\propto W_Q$)",
+              "values": r"values $\|\partial L/\partial V\|_F$"}
+    for ax, (name, title) in zip(axes, panels.items(), strict=True):
+        for scaled, color, ls, lab in ((True, _SCALED_COLOR, "-", r"with $1/\sqrt{d}$"),
+                                       (False, _UNSCALED_COLOR, "--", "unscaled")):
+            ax.errorbar(dd, grads[scaled][name], yerr=2 * grads[scaled][name + "_se"],
+                        fmt="o" + ls, ms=3.5, lw=1.4, capsize=2, color=color, label=lab)
+        _log2_axis(ax)
+        ax.set_yscale("log")
+        ax.set_ylim(5e-3, 5)
+        ax.set_xlabel("head dimension d")
+        ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel(f"mean norm, N = {n_keys}")
+    axes[0].legend(loc="lower left")
     return fig
 
 
