@@ -130,3 +130,21 @@ def test_bad_slider_values_are_rejected():
         Slider("x", (1,))
     with pytest.raises(ValueError, match="default"):
         Slider("x", (1, 2), default=3)
+
+
+def test_in_a_kernel_one_output_carries_the_widget_and_the_player():
+    """Executed in a real kernel, an explorer's output holds both renderings;
+    the book prefers text/html (the player), JupyterLab the widget view."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        'from lipattn.widgets import get_explorer\nget_explorer("softmax-saturation")')]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    (out,) = nb.cells[0].outputs
+    assert out.output_type == "execute_result"
+    assert "lipattn-player" in out.data["text/html"]
+    view = out.data["application/vnd.jupyter.widget-view+json"]
+    assert view["model_id"] in nb.metadata["widgets"][
+        "application/vnd.jupyter.widget-state+json"]["state"]

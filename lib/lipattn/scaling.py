@@ -628,6 +628,14 @@ def _attention_gradients(
     }
 
 
+def _gradient_summary(parts: dict[str, list[np.ndarray]], samples: int) -> GradientNorms:
+    """Means and standard errors of per-sample norms, chunk lists keyed by field."""
+    stats = {name: _mean_se(np.concatenate(chunks)) for name, chunks in parts.items()}
+    return GradientNorms(**{name: m for name, (m, _) in stats.items()},
+                         **{f"{name}_se": se for name, (_, se) in stats.items()},
+                         n_samples=samples)
+
+
 def gradient_norms(
     d: int,
     n_keys: int,
@@ -683,18 +691,7 @@ def gradient_norms(
         grads = _attention_gradients(q, k, v, g, scaled)
         for name, parts in norms.items():
             parts.append(np.sqrt(np.sum(grads[name].reshape(b, -1) ** 2, axis=-1)))
-    stats = {name: _mean_se(np.concatenate(parts)) for name, parts in norms.items()}
-    return GradientNorms(
-        logits=stats["logits"][0],
-        query=stats["query"][0],
-        keys=stats["keys"][0],
-        values=stats["values"][0],
-        logits_se=stats["logits"][1],
-        query_se=stats["query"][1],
-        keys_se=stats["keys"][1],
-        values_se=stats["values"][1],
-        n_samples=samples,
-    )
+    return _gradient_summary(norms, samples)
 
 
 def gradient_norms_fast(
@@ -749,15 +746,4 @@ def gradient_norms_fast(
                                         + ds_norm**2 * w[start:stop]))
         out["keys"].append(c * ds_norm * r[start:stop])
         out["values"].append(np.sqrt(np.sum(p * p, axis=-1)))
-    stats = {name: _mean_se(np.concatenate(parts)) for name, parts in out.items()}
-    return GradientNorms(
-        logits=stats["logits"][0],
-        query=stats["query"][0],
-        keys=stats["keys"][0],
-        values=stats["values"][0],
-        logits_se=stats["logits"][1],
-        query_se=stats["query"][1],
-        keys_se=stats["keys"][1],
-        values_se=stats["values"][1],
-        n_samples=samples,
-    )
+    return _gradient_summary(out, samples)
