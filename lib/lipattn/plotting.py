@@ -31,7 +31,7 @@ def use_style() -> None:
     plt.style.use(str(STYLE_FILE))
 
 
-def figure(ncols: int = 1, nrows: int = 1, *, width: float = 9.0, height: float = 3.2,
+def figure(ncols: int = 1, nrows: int = 1, *, width: float = 8.4, height: float = 3.2,
            **subplot_kw) -> tuple[Figure, object]:
     """Create a figure in the book's style, sized for the page.
 
@@ -40,7 +40,8 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = 9.0, height: float 
     ncols, nrows : int
         Grid of axes.
     width, height : float
-        Size in inches at 100 dpi (the page's text column is about 9 in).
+        Size in inches. Figures are shown at 100 dpi, and the page's text
+        column is about 840 px wide, so 8.4 in is drawn at its natural size.
     **subplot_kw
         Passed to :meth:`matplotlib.figure.Figure.subplots`.
 
@@ -55,7 +56,7 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = 9.0, height: float 
     return fig, axes
 
 
-def figure_png(fig: Figure, dpi: int = 110) -> bytes:
+def figure_png(fig: Figure, dpi: int = 100) -> bytes:
     """Encode a static figure as PNG bytes (used by the notebook formatter)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)

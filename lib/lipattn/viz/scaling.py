@@ -142,7 +142,7 @@ def nested_logits(d: int, n_keys: int, scaled: bool, queries: int = 2000,
 
 def fig_intuition(ds: tuple[int, ...] = (4, 64, 1024), n_keys: int = 64, seed: int = 0) -> Figure:
     """One query's sorted attention weights over 64 keys, scaled and unscaled, at a few d."""
-    fig, axes = plotting.figure(2, width=9.0, height=3.1, sharey=True)
+    fig, axes = plotting.figure(2, width=8.4, height=3.0, sharey=True)
     rank = np.arange(1, n_keys + 1)
     for ax, scaled, title in zip(axes, (True, False), ("with $1/\\sqrt{d}$", "without scaling"),
                                  strict=True):
@@ -206,7 +206,7 @@ def fig_saturation_curves(curves: list[SaturationCurves]) -> Figure:
     black lines and, without scaling, the leading asymptote averaged over
     ``||q||`` as a dashed grey line.
     """
-    fig, axes = plotting.figure(3, width=10.0, height=3.6)
+    fig, axes = plotting.figure(3, width=8.4, height=3.3)
     markers = {2: "s", 8: "^", 64: "o", 256: "D"}
     labels = (r"$\mathbb{E}[H(p)]$ (nats)", r"$1 - \mathbb{E}[\max_j p_j]$",
               r"$\mathbb{E}\,\|J\|_2$")
@@ -261,7 +261,7 @@ def two_token_sigma_table(sigmas: np.ndarray) -> dict[str, np.ndarray]:
 def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ...] = (0.3, 1, 3,
                         10, 30, 100), samples: int = 20_000, seed: int = 0) -> Figure:
     """N = 2: exact quadrature, the two asymptotes (which are bounds) and Monte Carlo."""
-    fig, axes = plotting.figure(3, width=10.0, height=3.4)
+    fig, axes = plotting.figure(3, width=8.4, height=3.1)
     s = table["sigma"]
     rng = np.random.default_rng(seed)
     g = rng.standard_normal((samples, 2))
@@ -313,7 +313,7 @@ def jac_norm_samples(d: int, n_keys: int, scaled: bool, queries: int = 2000,
 def fig_jac_distribution(n_keys: int = 64, ds: tuple[int, ...] = (16, 256, 4096),
                          queries: int = 2000, seed: int = 0) -> Figure:
     """Histograms of ||J||_2 over queries (unscaled) and its quantiles against d."""
-    fig, (ax1, ax2) = plotting.figure(2, width=10.0, height=3.4)
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.2)
     edges = np.linspace(0, 0.5, 41)
     for d, color in zip(ds, ("C2", "C3", "C4"), strict=True):
         j = jac_norm_samples(d, n_keys, False, queries, seed)
@@ -375,7 +375,7 @@ def fixed_sigma_profile(n_keys: int, sigmas: np.ndarray, samples: int = 4000,
 def fig_nonmonotone(curves: dict[int, np.ndarray], profile: dict[str, np.ndarray],
                     n_keys: int = 64) -> Figure:
     """Left: unscaled E||J||_2 against d for several N. Right: the mechanism at fixed sigma."""
-    fig, (ax1, ax2) = plotting.figure(2, width=10.0, height=3.5)
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
     dd = np.array(D_GRID)
     for (n, (mean, se)), color in zip(curves.items(), ("C0", "C2", "C1", "C4", "C5"),
                                       strict=False):
@@ -426,7 +426,7 @@ def gradient_curves(n_keys: int = 64, ds: tuple[int, ...] = D_GRID, samples: int
 
 def fig_gradients(grads: dict, n_keys: int = 64) -> Figure:
     """Mean gradient norms against d, one panel per quantity, scaled vs unscaled."""
-    fig, axes = plotting.figure(3, width=9.0, height=3.1, sharex=True)
+    fig, axes = plotting.figure(3, width=8.4, height=3.0, sharex=True)
     dd = grads["d"]
     panels = {"logits": r"logits $\|\partial L/\partial s\|$",
               "query": r"query $\|\partial L/\partial q\|$ ($\propto W_Q$)",
@@ -586,7 +586,7 @@ class DExplorer(Explorer):
                fmt=lambda v: "on (scaled)" if v else "off (unscaled)"),
         Slider("n_keys", _N_GRID, label="keys N", default=64),
     )
-    width, height = 9.6, 4.7
+    width, height = 8.4, 4.4
 
     def setup(self, fig: Figure):
         self._data = {(n, sc): d_explorer_data(n, sc) for n in _N_GRID for sc in (True, False)}
@@ -719,7 +719,7 @@ class SigmaExplorer(Explorer):
         Slider("row", (0, 1, 2), label="row (gap between its top two g's)", default=1,
                fmt=lambda i: f"gap {_sigma_rows()[1][i]:.2f}"),
     )
-    width, height = 9.6, 3.3
+    width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):
         rows, self._gaps = _sigma_rows()

@@ -96,7 +96,7 @@ def norm_search(n: int = 6, trials: int = 20000, steps: int = 3000, seed: int = 
 
 def fig_norm_search(result: SearchResult) -> Figure:
     """Histogram of the random search and the hill climb's best-so-far curve."""
-    fig, (ax1, ax2) = plotting.figure(2, width=9.0, height=3.0)
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.0)
     ax1.hist(result.random, bins=60, color="C0", alpha=0.8)
     ax1.axvline(0.5, color=plotting.HALF_COLOR, ls="--", label="1/2")
     ax1.set_xlabel(r"$\|J(z)\|_2$ for random logits")
