@@ -83,11 +83,7 @@ def _load(driver, url: str) -> None:
     )
 
 
-@pytest.mark.parametrize("page", list(PAGES))
-def test_page_in_chromium(driver, server, built_html, page):
-    _load(driver, f"{server}/{page}")
-
-    # 1. No request leaves the site.
+def _requests_leaving(driver, server: str) -> list[str]:
     urls = []
     for entry in driver.get_log("performance"):
         msg = json.loads(entry["message"])["message"]
@@ -95,8 +91,26 @@ def test_page_in_chromium(driver, server, built_html, page):
             urls.append(msg["params"]["request"]["url"])
     assert urls, "no requests were logged"
     # chrome:// and about: are the browser's own pages, not network requests.
-    outside = [u for u in urls
-               if not u.startswith((server, "data:", "blob:", "chrome:", "about:"))]
+    return [u for u in urls if not u.startswith((server, "data:", "blob:", "chrome:", "about:"))]
+
+
+@pytest.mark.parametrize("page", ["index.html", "search.html", "genindex.html", "prf-prf.html"])
+def test_other_pages_load_cleanly(driver, server, built_html, page):
+    """The generated pages (redirect, search, indices) too: nothing from outside,
+    no console errors."""
+    assert (built_html / page).is_file()
+    _load(driver, f"{server}/{page}")
+    assert not _requests_leaving(driver, server)
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_in_chromium(driver, server, built_html, page):
+    _load(driver, f"{server}/{page}")
+
+    # 1. No request leaves the site.
+    outside = _requests_leaving(driver, server)
     assert not outside, outside
 
     # 2. Every formula is typeset: no raw delimiters outside code, and MathJax ran.
@@ -150,3 +164,25 @@ def test_page_in_chromium(driver, server, built_html, page):
     shots.mkdir(exist_ok=True)
     driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(str(shots / (Path(page).stem + ".png")))
+
+
+def test_the_checks_can_fail(driver, tmp_path):
+    """Negative control: a page that loads a script from another origin (a second
+    loopback address) and logs an error is caught by the same checks."""
+    (tmp_path / "bad.html").write_text(
+        "<html><body><script>console.error('boom')</script>"
+        '<script src="http://127.0.0.2:9/elsewhere.js"></script></body></html>')
+    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        server = f"http://127.0.0.1:{httpd.server_address[1]}"
+        driver.get_log("performance")
+        driver.get_log("browser")
+        driver.get(f"{server}/bad.html")
+        assert _requests_leaving(driver, server) == ["http://127.0.0.2:9/elsewhere.js"]
+        assert any("boom" in e["message"] for e in driver.get_log("browser")
+                   if e["level"] == "SEVERE")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
