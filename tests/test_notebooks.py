@@ -46,13 +46,13 @@ def test_chapters_are_myst_notebooks_with_a_jupytext_header():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_code_cells_fit_the_page(path):
-    """Code lines of at most 78 characters fit the site's code blocks without
+    """Code lines of at most 75 characters fit the site's code blocks without
     a scroll bar; cells stay short (the library does the work)."""
     nb = jupytext.read(path)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         lines = cell.source.splitlines()
-        long = [line for line in lines if len(line) > 78]
-        assert not long, f"{path.name}: lines over 78 characters: {long}"
+        long = [line for line in lines if len(line) > 75]
+        assert not long, f"{path.name}: lines over 75 characters: {long}"
         assert len(lines) <= 20, f"{path.name}: a {len(lines)}-line cell:\n{cell.source}"
