@@ -127,12 +127,17 @@ def test_page_in_chromium(driver, server, built_html, page):
     errors = driver.execute_script(
         "return Array.from(document.querySelectorAll('mjx-merror')).map(e => e.textContent)")
     assert not errors, errors
-    # Display formulas fit the text column (no horizontal scroll bar) at this width.
+    # Display formulas and code cells fit the text column (no horizontal scroll
+    # bar) in a 1280-pixel-wide window.
     wide = driver.execute_script(
         "return Array.from(document.querySelectorAll('main mjx-container[display=\"true\"]'))"
         ".filter(e => e.scrollWidth > e.clientWidth + 2)"
         ".map(e => (e.closest('.math') || e).textContent.slice(0, 60))")
     assert not wide, f"display math wider than the column on {page}: {wide}"
+    wide_code = driver.execute_script(
+        "return Array.from(document.querySelectorAll('main div.cell pre'))"
+        ".filter(e => e.scrollWidth > e.clientWidth + 2).map(e => e.textContent.slice(0, 60))")
+    assert not wide_code, f"code wider than its block on {page}: {wide_code}"
 
     # 3. Every explorer has its player, and each slider changes the frame.
     players = driver.find_elements("css selector", ".lipattn-player")
