@@ -161,7 +161,17 @@ def test_page_in_chromium(driver, server, built_html, page):
             out = rng.find_element("xpath", "following-sibling::output").text
             assert out and "nan" not in out.lower()
 
-    # 4. No console errors.
+    # 4. Quizzes: choosing an answer reveals its explanation, and only its own.
+    for quiz in driver.find_elements("css selector", ".lipattn-quiz"):
+        feedback = quiz.find_elements("css selector", ".lq-fb")
+        assert feedback and not any(f.is_displayed() for f in feedback)
+        for opt in quiz.find_elements("css selector", ".lq-opt")[:2]:
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", opt)
+            opt.find_element("css selector", "label").click()
+            assert opt.find_element("css selector", ".lq-fb").is_displayed()
+        assert sum(f.is_displayed() for f in feedback) == 1  # radio: one answer at a time
+
+    # 5. No console errors.
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not severe, severe
 

@@ -21,12 +21,13 @@ _COUNTER = itertools.count()
 
 _CSS = """
 .lipattn-quiz { margin: 1em 0; }
-.lipattn-quiz fieldset { border: 1px solid #d0d7de; border-radius: 6px;
-  padding: 0.5em 1em 0.7em; margin: 0 0 1em; }
-.lipattn-quiz legend { font-weight: 600; padding: 0 0.3em; font-size: 1rem; line-height: 1.5;
-  float: none; width: auto; margin-bottom: 0.3em; }
-.lipattn-quiz .lq-opt { margin: 0.25em 0; }
-.lipattn-quiz .lq-opt label { cursor: pointer; }
+.lipattn-quiz .lq-q { border: 1px solid #d0d7de; border-radius: 6px;
+  padding: 0.6em 1em 0.7em; margin: 0 0 1em; }
+.lipattn-quiz .lq-prompt { font-weight: 600; margin: 0 0 0.4em; }
+.lipattn-quiz .lq-opt { margin: 0.25em 0; display: flex; flex-wrap: wrap;
+  align-items: baseline; gap: 0 0.4em; }
+.lipattn-quiz .lq-opt label { cursor: pointer; flex: 1 1 0; min-width: 0; }
+.lipattn-quiz .lq-opt .lq-fb { flex-basis: 100%; }
 .lipattn-quiz .lq-fb { display: none; margin: 0.2em 0 0.4em 1.7em; padding: 0.3em 0.6em;
   border-left: 4px solid; font-size: 0.95em; }
 .lipattn-quiz .lq-fb.ok { border-color: #2da44e; background: #eefbf1; }
@@ -103,7 +104,8 @@ class Quiz:
                  "Choose an answer to see whether it is right, and why.</p>"]
         for qi, q in enumerate(self.questions, start=1):
             group = f"lq{uid}-{qi}"
-            parts.append(f"<fieldset><legend>Q{qi}. {q.prompt}</legend>")
+            parts.append(f'<div class="lq-q" role="radiogroup" aria-labelledby="{group}-p">'
+                         f'<p class="lq-prompt" id="{group}-p">Q{qi}. {q.prompt}</p>')
             for oi, opt in enumerate(q.options):
                 oid = f"{group}-{oi}"
                 verdict = "Right." if opt.correct else "Not quite."
@@ -111,9 +113,9 @@ class Quiz:
                 parts.append(
                     f'<div class="lq-opt"><input type="radio" name="{group}" id="{oid}" '
                     f'data-correct="{str(opt.correct).lower()}">'
-                    f'<label for="{oid}"> {chr(97 + oi)}) {opt.text}</label>'
+                    f'<label for="{oid}">{chr(97 + oi)}) {opt.text}</label>'
                     f'<div class="lq-fb {cls}"><b>{verdict}</b> {opt.why}</div></div>'
                 )
-            parts.append("</fieldset>")
+            parts.append("</div>")
         parts.append("</div>")
         return "".join(parts)
