@@ -220,7 +220,7 @@ def test_unscaled_rise_then_fall_in_the_explorer_data():
 
 
 def test_sigma_explorer_rows_and_bounds():
-    rows, gaps = viz._sigma_rows()
+    rows, gaps = viz.sigma_rows()
     assert rows.shape == (3, 16) and np.all(np.diff(gaps) > 0)
     ex = get_explorer("scaling-sigma")
     for gap, curve in zip(gaps, ex._row_curves, strict=True):

@@ -53,6 +53,7 @@ __all__ = [
     "DExplorerData",
     "d_explorer_data",
     "DExplorer",
+    "sigma_rows",
     "SigmaExplorer",
 ]
 
@@ -690,7 +691,7 @@ _CURVE_SIGMAS = np.geomspace(0.05, 200.0, 160)
 
 
 @lru_cache(maxsize=2)
-def _sigma_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def sigma_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Three fixed standard-normal rows (N = 16) whose top-two gaps sit at the
     1st, 50th and 90th percentiles of 4000 draws; and those gaps."""
     g = np.random.default_rng(seed).standard_normal((4000, _SIGMA_N))
@@ -717,12 +718,12 @@ class SigmaExplorer(Explorer):
     slider_specs = (
         Slider("sigma", _SIGMAS, label="logit scale σ", default=_SIGMAS[6]),
         Slider("row", (0, 1, 2), label="row (gap between its top two g's)", default=1,
-               fmt=lambda i: f"gap {_sigma_rows()[1][i]:.2f}"),
+               fmt=lambda i: f"gap {sigma_rows()[1][i]:.2f}"),
     )
     width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):
-        rows, self._gaps = _sigma_rows()
+        rows, self._gaps = sigma_rows()
         self._rows = rows
         self._row_curves = np.array([softmax_jacobian_norm(_CURVE_SIGMAS[:, None] * r[None, :])
                                      for r in rows])
