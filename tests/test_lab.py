@@ -11,6 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 SETTINGS = ROOT / ".jupyter" / "lab" / "user-settings"
@@ -49,5 +50,83 @@ def test_jupyterlab_serves_jupytext_as_the_default_viewer(tmp_path: Path):
         assert viewers["markdown"] == "Jupytext Notebook"
         assert viewers["myst"] == "Jupytext Notebook"
     finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.browser
+def test_a_chapter_runs_in_jupyterlab_with_live_sliders(tmp_path: Path):
+    """`make lab` as a reader uses it: the chapter opens as a notebook, runs,
+    and moving a live slider redraws the explorer's image."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.keys import Keys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = os.environ | {"JUPYTERLAB_SETTINGS_DIR": str(SETTINGS),
+                        "JUPYTER_RUNTIME_DIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
+         "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=t0ken", "--allow-root",
+         f"--ServerApp.root_dir={ROOT}", "--LabApp.expose_app_in_browser=True"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = shutil.which("chromium")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--disable-background-networking", "--disable-dev-shm-usage",
+                 "--window-size=1400,1200", f"--user-data-dir={tmp_path / 'profile'}"):
+        opts.add_argument(flag)
+    drv = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+
+    def wait_for(script: str, timeout: float):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            value = drv.execute_script(script)
+            if value:
+                return value
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for: {script}")
+
+    try:
+        for _ in range(120):  # the server is up when its API answers
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api?token=t0ken", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        drv.get(f"http://127.0.0.1:{port}/lab/tree/chapters/01_softmax_jacobian.md?token=t0ken")
+        # opened as a notebook (jupytext), not as a Markdown file
+        wait_for("return window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
+                 120)
+        drv.set_script_timeout(600)
+        ran = drv.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "const nb = window.jupyterapp.shell.currentWidget;"
+            "nb.sessionContext.ready"
+            "  .then(() => window.jupyterapp.commands.execute('notebook:run-all-cells'))"
+            "  .then(ok => done(ok), err => done('error: ' + err));")
+        assert ran is True, ran
+        wait_for("return document.querySelectorAll('.jp-Notebook .widget-image').length >= 2",
+                 60)
+        image = drv.find_elements("css selector", ".jp-Notebook .widget-image")[0]
+        drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", image)
+        before = image.get_attribute("src")
+        handle = drv.find_elements("css selector", ".jp-Notebook .widget-slider .noUi-handle")[0]
+        handle.click()
+        handle.send_keys(Keys.ARROW_RIGHT)
+        end = time.monotonic() + 30
+        while image.get_attribute("src") == before and time.monotonic() < end:
+            time.sleep(0.3)
+        assert image.get_attribute("src") != before, "the live slider did not redraw"
+        # no cell raised
+        assert not drv.find_elements("css selector", ".jp-Notebook .jp-OutputArea-output"
+                                                     "[data-mime-type*='error']")
+    finally:
+        drv.quit()
         proc.terminate()
         proc.wait(timeout=30)
