@@ -76,4 +76,5 @@ def test_a_change_to_the_watched_library_re_executes_the_notebook(tmp_path: Path
     assert "SECOND-VALUE" in page and "FIRST-VALUE" not in page
     # MathJax is served from the site itself.
     assert (out / "_static" / "mathjax" / "es5" / "tex-chtml.js").is_file()
+    assert (out / "favicon.ico").read_bytes()[:4] == b"\x00\x00\x01\x00"  # an ICO file
     assert 'src="_static/mathjax/es5/tex-chtml.js' in page

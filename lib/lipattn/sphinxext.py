@@ -12,7 +12,9 @@ It does two things that ``_config.yml`` alone cannot:
    (``text/html``); the live widgets' saved state, which myst-nb would embed
    in the page (with every PNG again) for a widget manager the site does not
    load, is dropped.
-3. **MathJax served from the site.** MathJax 3 comes from the
+3. **A root ``favicon.ico``.** The redirect page ``index.html`` has no icon
+   link, so browsers ask for ``/favicon.ico``; a 404 there is a console error.
+4. **MathJax served from the site.** MathJax 3 comes from the
    ``django-static-mathjax`` package (pinned in ``requirements.txt``) and is
    copied into ``_build/html/_static/mathjax``; the pages load it from there,
    so formulas typeset without internet.
@@ -98,6 +100,16 @@ def _drop_widget_state(app: Any, pagename: str, *args: Any) -> None:
         NbMetadataCollector.get_js_files(app.env, pagename).pop("ipywidgets_state", None)
 
 
+def _write_root_favicon(app: Any, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    from PIL import Image, ImageDraw
+
+    icon = Image.new("RGB", (32, 32), "#1f77b4")
+    ImageDraw.Draw(icon).text((11, 8), "L", fill="white")
+    icon.save(Path(app.outdir) / "favicon.ico", format="ICO", sizes=[(32, 32)])
+
+
 def setup(app: Any) -> dict[str, Any]:
     """Register the extension with Sphinx."""
     app.add_config_value("lipattn_watch", ["lib", "requirements.txt"], "env")
@@ -105,4 +117,5 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("env-get-outdated", _env_get_outdated)
     # before myst-nb's own handler (priority 500) adds the page's scripts
     app.connect("html-page-context", _drop_widget_state, priority=400)
+    app.connect("build-finished", _write_root_favicon)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
