@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,6 +16,38 @@ import pytest
 from conftest import ROOT
 
 SETTINGS = ROOT / ".jupyter" / "lab" / "user-settings"
+TOKEN = "t0ken"
+
+
+@pytest.fixture
+def lab(tmp_path: Path):
+    """A JupyterLab server on loopback with the repository's settings, as
+    `make lab` starts it; yields its base URL once its API answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = os.environ | {"JUPYTERLAB_SETTINGS_DIR": str(SETTINGS),
+                        "JUPYTER_RUNTIME_DIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
+         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", "--allow-root",
+         f"--ServerApp.root_dir={ROOT}", "--LabApp.expose_app_in_browser=True"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{base}/api?token={TOKEN}", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("JupyterLab did not answer")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_makefile_points_jupyterlab_at_the_repository_settings():
@@ -22,59 +55,22 @@ def test_makefile_points_jupyterlab_at_the_repository_settings():
     assert "JUPYTERLAB_SETTINGS_DIR=$(CURDIR)/.jupyter/lab/user-settings" in makefile
 
 
-def test_jupyterlab_serves_jupytext_as_the_default_viewer(tmp_path: Path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = os.environ | {"JUPYTERLAB_SETTINGS_DIR": str(SETTINGS),
-                        "JUPYTER_RUNTIME_DIR": str(tmp_path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
-         "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=t0ken", "--allow-root",
-         f"--ServerApp.root_dir={ROOT}"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = (f"http://127.0.0.1:{port}/lab/api/settings/"
-           "@jupyterlab/docmanager-extension:plugin?token=t0ken")
-    try:
-        for _ in range(120):
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    data = json.load(r)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise AssertionError("JupyterLab did not answer")
-        viewers = data["settings"]["defaultViewers"]
-        assert viewers["markdown"] == "Jupytext Notebook"
-        assert viewers["myst"] == "Jupytext Notebook"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+def test_jupyterlab_serves_jupytext_as_the_default_viewer(lab):
+    url = f"{lab}/lab/api/settings/@jupyterlab/docmanager-extension:plugin?token={TOKEN}"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        viewers = json.load(r)["settings"]["defaultViewers"]
+    assert viewers["markdown"] == "Jupytext Notebook"
+    assert viewers["myst"] == "Jupytext Notebook"
 
 
 @pytest.mark.browser
-def test_a_chapter_runs_in_jupyterlab_with_live_sliders(tmp_path: Path):
+def test_a_chapter_runs_in_jupyterlab_with_live_sliders(lab, tmp_path: Path):
     """`make lab` as a reader uses it: the chapter opens as a notebook, runs,
     and moving a live slider redraws the explorer's image."""
-    import shutil
-
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.keys import Keys
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = os.environ | {"JUPYTERLAB_SETTINGS_DIR": str(SETTINGS),
-                        "JUPYTER_RUNTIME_DIR": str(tmp_path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
-         "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=t0ken", "--allow-root",
-         f"--ServerApp.root_dir={ROOT}", "--LabApp.expose_app_in_browser=True"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
     opts = webdriver.ChromeOptions()
     opts.binary_location = shutil.which("chromium")
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -86,25 +82,18 @@ def test_a_chapter_runs_in_jupyterlab_with_live_sliders(tmp_path: Path):
     def wait_for(script: str, timeout: float):
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            value = drv.execute_script(script)
-            if value:
-                return value
+            if drv.execute_script(script):
+                return
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for: {script}")
 
     try:
-        for _ in range(120):  # the server is up when its API answers
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api?token=t0ken", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        drv.get(f"http://127.0.0.1:{port}/lab/tree/chapters/01_softmax_jacobian.md?token=t0ken")
+        drv.get(f"{lab}/lab/tree/chapters/01_softmax_jacobian.md?token={TOKEN}")
         # opened as a notebook (jupytext), not as a Markdown file
         wait_for("return window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
                  120)
         drv.set_script_timeout(600)
-        ran = drv.execute_async_script(
+        ran = drv.execute_async_script(  # true when every cell ran without error
             "const done = arguments[arguments.length - 1];"
             "const nb = window.jupyterapp.shell.currentWidget;"
             "nb.sessionContext.ready"
@@ -123,10 +112,8 @@ def test_a_chapter_runs_in_jupyterlab_with_live_sliders(tmp_path: Path):
         while image.get_attribute("src") == before and time.monotonic() < end:
             time.sleep(0.3)
         assert image.get_attribute("src") != before, "the live slider did not redraw"
-        # no cell raised
+        # no cell shows an error
         assert not drv.find_elements("css selector", ".jp-Notebook .jp-OutputArea-output"
                                                      "[data-mime-type*='error']")
     finally:
         drv.quit()
-        proc.terminate()
-        proc.wait(timeout=30)
