@@ -262,7 +262,7 @@ def two_token_sigma_table(sigmas: np.ndarray) -> dict[str, np.ndarray]:
 def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ...] = (0.3, 1, 3,
                         10, 30, 100), samples: int = 20_000, seed: int = 0) -> Figure:
     """N = 2: exact quadrature, the two asymptotes (which are bounds) and Monte Carlo."""
-    fig, axes = plotting.figure(3, width=8.4, height=3.1)
+    fig, axes = plotting.figure(3, width=8.4, height=3.4)
     s = table["sigma"]
     rng = np.random.default_rng(seed)
     g = rng.standard_normal((samples, 2))
@@ -272,7 +272,9 @@ def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ..
                             strict=True):
         ax.plot(s, table[f], color="k", label="exact (quadrature)")
         lead = r"$1/(\sqrt{\pi}\sigma)$" if f == "jac_norm" else r"$\pi^{3/2}/(6\sigma)$"
-        ax.plot(s, table[f + "_1"], "--", color="C0", label=f"upper bound {lead}")
+        ax.plot(s, table[f + "_1"], "--", color="C0", label="upper bound (one term)")
+        ax.text(0.97, 0.97, f"one term: {lead}", transform=ax.transAxes, ha="right",
+                va="top", fontsize=9)
         ok = table[f + "_2"] > 0
         ax.plot(s[ok], table[f + "_2"][ok], ":", color="C1", lw=2.2,
                 label="lower bound (two terms)")
@@ -284,7 +286,8 @@ def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ..
         ax.set_xlabel(r"logit standard deviation $\sigma$")
         ax.set_ylim(1e-3, 2)
         ax.set_title(title)
-        ax.legend(loc="lower left", fontsize=8)
+    handles, labs = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labs, loc="outside lower center", ncol=4, fontsize=8.5)
     big = s >= 1
     for f, color, lab in (("jac_norm", "C0", r"$\|J\|_2$"), ("entropy", "C1", "$H$")):
         rel = np.abs(table[f + "_1"][big] / table[f][big] - 1)
@@ -297,7 +300,7 @@ def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ..
     axes[2].set_yscale("log")
     axes[2].set_ylim(1e-9, 10)
     axes[2].set_xlabel(r"$\sigma$")
-    axes[2].set_title("relative error of the asymptotes")
+    axes[2].set_title("relative error")
     axes[2].legend(loc="lower left", fontsize=8, ncol=1)
     return fig
 
