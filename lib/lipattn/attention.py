@@ -1,0 +1,143 @@
+r"""Single-head dot-product self-attention, tokens as rows.
+
+For tokens :math:`X \in \mathbb R^{N \times d}` (one token per row) and
+weights :math:`W_Q, W_K \in \mathbb R^{d \times d_k}`,
+:math:`W_V \in \mathbb R^{d \times d_v}`,
+
+.. math::
+
+    S = \frac{X W_Q (X W_K)^\top}{\sqrt{d_k}}, \qquad
+    P = \operatorname{softmax}_{\text{rows}}(S), \qquad
+    f(X) = P X W_V ,
+
+with :math:`d_k` the number of columns of :math:`W_Q`. Every function
+broadcasts over leading axes of ``X`` (shape ``(..., N, d)``); the weights are
+plain matrices. The softmax is :func:`lipattn.softmax.softmax`, so logits of
+any finite size are handled without overflow.
+
+``vec`` is row-major throughout the book: a perturbation ``E`` of shape
+``(N, d)`` is flattened as ``E.reshape(-1)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._validate import as_real_array
+from .softmax import softmax
+
+__all__ = ["attention_logits", "attention_matrix", "self_attention", "check_attention_args"]
+
+
+def check_attention_args(
+    X: Any, W_Q: Any, W_K: Any, W_V: Any | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Validate the arguments of an attention function and return them as arrays.
+
+    Parameters
+    ----------
+    X : array_like, shape (..., N, d)
+        Tokens as rows, N >= 1, d >= 1, finite.
+    W_Q, W_K : array_like, shape (d, d_k)
+        Query and key weights, finite, with the same shape.
+    W_V : array_like, shape (d, d_v), optional
+        Value weights, finite.
+
+    Returns
+    -------
+    X, W_Q, W_K, W_V : ndarray of float64
+        ``W_V`` is ``None`` when not given.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument and the expected shape.
+    """
+    X = as_real_array(X, "X", min_ndim=2)
+    d = X.shape[-1]
+    W_Q = as_real_array(W_Q, "W_Q", ndim=2)
+    W_K = as_real_array(W_K, "W_K", ndim=2)
+    if W_Q.shape[0] != d:
+        raise ValueError(f"W_Q must have shape (d, d_k) = ({d}, d_k) to match X of shape "
+                         f"{X.shape}; got shape {W_Q.shape}")
+    if W_K.shape != W_Q.shape:
+        raise ValueError(f"W_K must have the shape of W_Q, {W_Q.shape}; got shape {W_K.shape}")
+    if W_V is not None:
+        W_V = as_real_array(W_V, "W_V", ndim=2)
+        if W_V.shape[0] != d:
+            raise ValueError(f"W_V must have shape (d, d_v) = ({d}, d_v) to match X of "
+                             f"shape {X.shape}; got shape {W_V.shape}")
+    return X, W_Q, W_K, W_V
+
+
+def _logits(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):  # checked by the callers
+        Q = X @ W_Q
+        K = X @ W_K
+        return (Q @ np.swapaxes(K, -1, -2)) / math.sqrt(W_Q.shape[1])
+
+
+def _finite_logits(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray) -> np.ndarray:
+    S = _logits(X, W_Q, W_K)
+    if not np.all(np.isfinite(S)):
+        raise ValueError("X, W_Q and W_K give logits that overflow float64; "
+                         "expected logits of finite size")
+    return S
+
+
+def attention_logits(X: Any, W_Q: Any, W_K: Any) -> np.ndarray:
+    r"""The logits :math:`S = X W_Q (X W_K)^\top / \sqrt{d_k}`.
+
+    Parameters
+    ----------
+    X : array_like, shape (..., N, d)
+    W_Q, W_K : array_like, shape (d, d_k)
+
+    Returns
+    -------
+    S : ndarray, shape (..., N, N)
+        Row i holds the logits of query i against every key.
+    """
+    X, W_Q, W_K, _ = check_attention_args(X, W_Q, W_K)
+    return _finite_logits(X, W_Q, W_K)
+
+
+def attention_matrix(X: Any, W_Q: Any, W_K: Any) -> np.ndarray:
+    r"""The attention matrix :math:`P = \operatorname{softmax}_{\text{rows}}(S)`.
+
+    Parameters
+    ----------
+    X : array_like, shape (..., N, d)
+    W_Q, W_K : array_like, shape (d, d_k)
+
+    Returns
+    -------
+    P : ndarray, shape (..., N, N)
+        Row-stochastic: non-negative rows summing to 1 up to rounding. Finite
+        for logits of any finite size.
+    """
+    X, W_Q, W_K, _ = check_attention_args(X, W_Q, W_K)
+    return softmax(_finite_logits(X, W_Q, W_K), axis=-1)
+
+
+def self_attention(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+    r"""Single-head self-attention :math:`f(X) = P X W_V`.
+
+    Parameters
+    ----------
+    X : array_like, shape (..., N, d)
+        Tokens as rows.
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    Y : ndarray, shape (..., N, d_v)
+        Row i is the convex combination :math:`\sum_j P_{ij} x_j W_V`.
+    """
+    X, W_Q, W_K, W_V = check_attention_args(X, W_Q, W_K, W_V)
+    P = attention_matrix(X, W_Q, W_K)
+    return P @ (X @ W_V)

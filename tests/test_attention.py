@@ -1,0 +1,100 @@
+"""Tests of :mod:`lipattn.attention`: against a loop implementation with an
+independent softmax, batching, extreme logits and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lipattn.attention import attention_logits, attention_matrix, self_attention
+
+
+def loop_attention(X, W_Q, W_K, W_V):
+    """Reference: one query at a time, plain Python sums."""
+    N, _ = X.shape
+    dk = W_Q.shape[1]
+    out = np.zeros((N, W_V.shape[1]))
+    for i in range(N):
+        q = X[i] @ W_Q
+        s = [float(q @ (X[j] @ W_K)) / math.sqrt(dk) for j in range(N)]
+        m = max(s)
+        w = [math.exp(x - m) for x in s]
+        tot = sum(w)
+        for j in range(N):
+            out[i] += (w[j] / tot) * (X[j] @ W_V)
+    return out
+
+
+def weights(rng, d, dk, dv, scale=1.0):
+    return (scale * rng.standard_normal((d, dk)), scale * rng.standard_normal((d, dk)),
+            rng.standard_normal((d, dv)))
+
+
+@pytest.mark.parametrize("N,d,dk,dv", [(1, 1, 1, 1), (3, 2, 2, 2), (7, 5, 3, 4), (16, 8, 8, 2)])
+def test_matches_loop_implementation(N, d, dk, dv):
+    rng = np.random.default_rng(N * 100 + d)
+    X = rng.standard_normal((N, d))
+    W_Q, W_K, W_V = weights(rng, d, dk, dv)
+    np.testing.assert_allclose(self_attention(X, W_Q, W_K, W_V),
+                               loop_attention(X, W_Q, W_K, W_V), rtol=1e-12, atol=1e-12)
+
+
+def test_broadcasts_over_leading_axes():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((2, 3, 5, 4))
+    W_Q, W_K, W_V = weights(rng, 4, 3, 6)
+    Y = self_attention(X, W_Q, W_K, W_V)
+    assert Y.shape == (2, 3, 5, 6)
+    for a in range(2):
+        for b in range(3):
+            np.testing.assert_allclose(Y[a, b], loop_attention(X[a, b], W_Q, W_K, W_V),
+                                       rtol=1e-12, atol=1e-12)
+    assert attention_logits(X, W_Q, W_K).shape == (2, 3, 5, 5)
+
+
+def test_rows_are_stochastic_and_output_is_a_convex_combination():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((9, 4))
+    W_Q, W_K, _ = weights(rng, 4, 4, 4, scale=3.0)
+    P = attention_matrix(X, W_Q, W_K)
+    assert np.all(P >= 0)
+    np.testing.assert_allclose(P.sum(-1), 1.0, rtol=0, atol=1e-14)
+    Y = self_attention(X, W_Q, W_K, np.eye(4))
+    assert np.all(Y <= X.max(0) + 1e-12) and np.all(Y >= X.min(0) - 1e-12)
+
+
+def test_extreme_logits_stay_finite_without_warnings():
+    X = np.array([[1e100, 0.0], [-1e100, 0.0], [0.0, 1.0]])
+    I2 = np.eye(2)
+    Y = self_attention(X, I2, I2, I2)  # logits of 1e200: hard attention
+    assert np.all(np.isfinite(Y))
+    P = attention_matrix(X, I2, I2)
+    np.testing.assert_array_equal(P[0], [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(P[1], [0.0, 1.0, 0.0])
+
+
+def test_overflowing_logits_raise():
+    X = np.array([[1e200, 0.0], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="overflow"):
+        attention_matrix(X, np.eye(2), np.eye(2))
+
+
+@pytest.mark.parametrize("args,match", [
+    ((np.ones(3), np.eye(3), np.eye(3), np.eye(3)), "X must"),
+    ((np.ones((2, 3)), np.eye(2), np.eye(2), np.eye(2)), "W_Q must have shape"),
+    ((np.ones((2, 3)), np.eye(3), np.ones((3, 2)), np.eye(3)), "W_K must have the shape"),
+    ((np.ones((2, 3)), np.eye(3), np.eye(3), np.eye(2)), "W_V must have shape"),
+    ((np.array([[np.nan, 1.0]]), np.eye(2), np.eye(2), np.eye(2)), "X must be a finite"),
+    ((np.ones((2, 2)), np.eye(2), np.eye(2), np.array([[1.0, np.inf], [0, 1]])), "W_V must"),
+    ((np.ones((0, 2)), np.eye(2), np.eye(2), np.eye(2)), "X must"),
+])
+def test_bad_input_names_the_argument(args, match):
+    with pytest.raises(ValueError, match=match):
+        self_attention(*args)
+
+
+def test_wrong_type_is_a_type_error():
+    with pytest.raises(TypeError, match="X must"):
+        self_attention("tokens", np.eye(2), np.eye(2), np.eye(2))
