@@ -5,6 +5,12 @@ each question is a group of radio buttons, and choosing an option reveals
 whether it is right and why. The same HTML shows in JupyterLab and on the
 website, so there is nothing to keep in sync. Math in the text is written
 as ``\\(...\\)`` and typeset by MathJax on both.
+
+A YAML quiz can carry several languages without being copied: any text
+field (``title``, ``prompt``, ``text``, ``why``) is either a string, used for
+every language, or a mapping from a language code to the text, for example
+``{en: "Which vector…", zh: "哪个向量…"}``. :meth:`Quiz.from_yaml` picks one
+language, and :meth:`Quiz.combine` draws questions from several quizzes.
 """
 
 from __future__ import annotations
@@ -14,8 +20,17 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Option", "Question", "Quiz"]
+__all__ = ["Option", "Question", "Quiz", "LANGUAGES"]
+
+#: The interface strings of a quiz, per language code.
+LANGUAGES: dict[str, dict[str, str]] = {
+    "en": {"intro": "Choose an answer to see whether it is right, and why.",
+           "right": "Right.", "wrong": "Not quite.", "q": "Q", "title": "Self-check"},
+    "zh": {"intro": "选择一个答案，查看它是否正确以及原因。",
+           "right": "正确。", "wrong": "不对。", "q": "第 {n} 题：", "title": "自测"},
+}
 
 _COUNTER = itertools.count()
 
@@ -69,46 +84,94 @@ class Quiz:
     title : str
     """
 
-    def __init__(self, questions: Sequence[Question], title: str = "Self-check") -> None:
+    def __init__(self, questions: Sequence[Question], title: str | None = None,
+                 lang: str = "en") -> None:
         if not questions or not all(isinstance(q, Question) for q in questions):
             raise TypeError("questions must be a non-empty sequence of Question")
+        if lang not in LANGUAGES:
+            raise ValueError(f"lang must be one of {sorted(LANGUAGES)}; got {lang!r}")
         self.questions = tuple(questions)
-        self.title = title
+        self.lang = lang
+        self.title = LANGUAGES[lang]["title"] if title is None else title
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> Quiz:
-        """Read a quiz from a YAML file.
+    def from_yaml(cls, path: str | Path, lang: str = "en",
+                  select: Sequence[int] | None = None) -> Quiz:
+        """Read a quiz from a YAML file, in one language.
 
         The file holds ``title`` and ``questions``, each with ``prompt`` and
         ``options`` (``text``, ``correct``, ``why``). Text is inserted as HTML,
-        so it may contain markup and ``\\(...\\)`` math.
+        so it may contain markup and ``\\(...\\)`` math. A text field may be a
+        mapping from language codes to texts (see the module docstring).
+
+        Parameters
+        ----------
+        path : str or Path
+        lang : str, default "en"
+            One of :data:`LANGUAGES`. A field given as a mapping must have it.
+        select : sequence of int, optional
+            Indices (from 0) of the questions to keep, in that order.
         """
         import yaml
 
+        if lang not in LANGUAGES:
+            raise ValueError(f"lang must be one of {sorted(LANGUAGES)}; got {lang!r}")
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
             raise ValueError(f"path must name a YAML file with a 'questions' list; got {path}")
+        raw = data["questions"]
+        if select is not None:
+            bad = [i for i in select if not isinstance(i, int) or not 0 <= i < len(raw)]
+            if bad or not select:
+                raise ValueError(f"select must list question indices in [0, {len(raw)}); "
+                                 f"got {list(select)}")
+            raw = [raw[i] for i in select]
+
+        def pick(value: Any, where: str) -> str:
+            if isinstance(value, str):
+                return value
+            if isinstance(value, dict) and lang in value:
+                return str(value[lang])
+            raise ValueError(f"{path}: {where} has no text in language {lang!r}; "
+                             f"expected a string or a mapping with key {lang!r}")
+
         questions = [
-            Question(q["prompt"], [Option(o["text"], bool(o["correct"]), o["why"])
-                                   for o in q["options"]])
-            for q in data["questions"]
+            Question(pick(q["prompt"], f"question {qi + 1}"),
+                     [Option(pick(o["text"], f"question {qi + 1}, option {oi + 1}"),
+                             bool(o["correct"]),
+                             pick(o["why"], f"question {qi + 1}, option {oi + 1}"))
+                      for oi, o in enumerate(q["options"])])
+            for qi, q in enumerate(raw)
         ]
-        return cls(questions, title=data.get("title", "Self-check"))
+        title = data.get("title")
+        return cls(questions, title=None if title is None else pick(title, "title"), lang=lang)
+
+    @classmethod
+    def combine(cls, quizzes: Sequence[Quiz], title: str | None = None) -> Quiz:
+        """One quiz from the questions of several, in order (same language)."""
+        if not quizzes or not all(isinstance(q, Quiz) for q in quizzes):
+            raise TypeError("quizzes must be a non-empty sequence of Quiz")
+        langs = {q.lang for q in quizzes}
+        if len(langs) != 1:
+            raise ValueError(f"quizzes must share one language; got {sorted(langs)}")
+        return cls([x for q in quizzes for x in q.questions], title=title, lang=langs.pop())
 
     def _repr_html_(self) -> str:
         uid = next(_COUNTER)
+        words = LANGUAGES[self.lang]
         parts = [f"<style>{_CSS}</style>",
                  # MyST pages only typeset elements of these classes
-                 '<div class="lipattn-quiz tex2jax_process mathjax_process">'
-                 f"<p><b>{html.escape(self.title)}.</b> "
-                 "Choose an answer to see whether it is right, and why.</p>"]
+                 f'<div class="lipattn-quiz tex2jax_process mathjax_process" lang="{self.lang}">'
+                 f"<p><b>{html.escape(self.title)}.</b> {words['intro']}</p>"]
         for qi, q in enumerate(self.questions, start=1):
             group = f"lq{uid}-{qi}"
+            number = (words["q"].format(n=qi) if "{n}" in words["q"]
+                      else f"{words['q']}{qi}.")
             parts.append(f'<div class="lq-q" role="radiogroup" aria-labelledby="{group}-p">'
-                         f'<p class="lq-prompt" id="{group}-p">Q{qi}. {q.prompt}</p>')
+                         f'<p class="lq-prompt" id="{group}-p">{number} {q.prompt}</p>')
             for oi, opt in enumerate(q.options):
                 oid = f"{group}-{oi}"
-                verdict = "Right." if opt.correct else "Not quite."
+                verdict = words["right"] if opt.correct else words["wrong"]
                 cls = "ok" if opt.correct else "no"
                 parts.append(
                     f'<div class="lq-opt"><input type="radio" name="{group}" id="{oid}" '
