@@ -378,8 +378,8 @@ def fig_gradient(table: dict[str, np.ndarray]) -> Figure:
     ax.loglog(table["r"], table["grad"], "o-", ms=3, color="C0",
               label=r"$\|\partial L/\partial W_Q\|_F$")
     k = -1
-    ax.loglog(table["r"], table["grad"][k] * table["r"] / table["r"][k], "--",
-              color=plotting.ONE_COLOR, label="slope 1")
+    ax.loglog(table["r"], table["grad"][k] * (table["r"] / table["r"][k]) ** 2, "--",
+              color=plotting.ONE_COLOR, label="slope 2")
     ax.set_xlabel("relative residual $r(X)$ of the layer's input")
     ax.set_ylabel("gradient norm")
     ax.legend(loc="upper left", fontsize=8)
