@@ -491,9 +491,9 @@ class StackExplorer(Explorer):
         ax_p.set_yticks([0, _N - 1], ["1", str(_N)])
         ax_p.set_xlabel("key")
         ax_p.set_ylabel("query")
-        self._ptext = ax_p.set_title("", fontsize=9)
+        ax_p.set_title("attention matrix $P_l$", fontsize=9)
         return [self._ghost, self._pts, self._faint, self._curve, self._bnd, self._vline,
-                self._rtext, self._img, self._ptext]
+                self._rtext, self._img]
 
     def update(self, layer: int, scale: float, block: str) -> None:
         data = self._data[(scale, block)]
@@ -510,6 +510,4 @@ class StackExplorer(Explorer):
         self._bnd.set_ydata(np.clip(b, _FLOOR, 1e3))
         self._vline.set_xdata([layer, layer])
         self._rtext.set_text(f"relative residual r_{layer} = {r[layer]:.1e}")
-        P = data["P"][layer]
-        self._img.set_data(P)
-        self._ptext.set_text(f"P at layer {layer}")
+        self._img.set_data(data["P"][layer])
