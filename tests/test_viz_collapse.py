@@ -99,7 +99,7 @@ def test_figures_build():
 # the explorer
 # ---------------------------------------------------------------------------
 def test_explorer_data_invariants():
-    data = viz._explorer_data()
+    data = viz.stack_explorer_data()
     for (_scale, block), d in data.items():
         assert d["pts"].shape == (viz._L + 1, viz._N, 2)
         assert d["P"].shape[1:] == (viz._N, viz._N)
@@ -117,8 +117,9 @@ def test_explorer_data_invariants():
     assert data[(1.0, "alpha")]["r"].min() > 0.5
 
 
-def test_explorer_every_frame_differs_along_each_slider():
-    ex = get_explorer("collapse-stack")
+@pytest.mark.parametrize("name", ["collapse-stack", "collapse-skip"])
+def test_explorer_every_frame_differs_along_each_slider(name):
+    ex = get_explorer(name)
     base = ex.rgba().copy()
     for name, values in ex.sliders.items():
         frames = []
@@ -129,8 +130,23 @@ def test_explorer_every_frame_differs_along_each_slider():
     assert base.shape[2] == 4
 
 
-def test_explorer_render_time():
-    ex = get_explorer("collapse-stack")
+def test_skip_data_invariants():
+    data = viz.skip_data()
+    for (scale, alpha), d in data.items():
+        assert np.all((d["rel"] > 0) & (d["rel"] <= 1 + 1e-12))
+        if alpha > 0:  # skips keep the absolute residual (medians over seeds)
+            assert d["abs"].min() >= 0.9 * d["abs"][0], (scale, alpha)
+        else:
+            assert d["rel"][-1] < 1e-14
+    # smaller branches keep more relative residual, at every scale
+    for scale in viz._SKIP_SCALES:
+        finals = [data[(scale, a)]["rel"][-1] for a in (0.125, 0.5, 1.0)]
+        assert finals[0] > finals[1] > finals[2]
+
+
+@pytest.mark.parametrize("name", ["collapse-stack", "collapse-skip"])
+def test_explorer_render_time(name):
+    ex = get_explorer(name)
     grid = list(ex.grid())
     ex.render(**grid[0])
     times = []

@@ -50,7 +50,10 @@ __all__ = [
     "gradient_table",
     "fig_gradient",
     "init_sharpness",
+    "stack_explorer_data",
     "StackExplorer",
+    "skip_data",
+    "SkipExplorer",
 ]
 
 _FLOOR = 1e-17
@@ -414,7 +417,7 @@ _BLOCK_LABEL = {"pure": "attention only", "mlp": "attention + MLP (Lipschitz 4)"
 
 
 @lru_cache(maxsize=1)
-def _explorer_data() -> dict:
+def stack_explorer_data() -> dict:
     """Every (scale, block) stack of the explorer: tokens, attention, r_l, one-step bounds."""
     X = tokens(_N, _D, seed=3)
     R0 = residual(X)
@@ -459,7 +462,7 @@ class StackExplorer(Explorer):
     width, height = 8.4, 3.3
 
     def setup(self, fig: Figure):
-        self._data = _explorer_data()
+        self._data = stack_explorer_data()
         ax_t, ax_r, ax_p = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1.35, 1]})
         (self._ghost,) = ax_t.plot([], [], ".", color="0.8", ms=4)
         (self._pts,) = ax_t.plot([], [], "o", color="C0", ms=4)
@@ -511,3 +514,91 @@ class StackExplorer(Explorer):
         self._vline.set_xdata([layer, layer])
         self._rtext.set_text(f"relative residual r_{layer} = {r[layer]:.1e}")
         self._img.set_data(data["P"][layer])
+
+
+# --------------------------------------------------------------------------
+# The skip explorer
+# --------------------------------------------------------------------------
+_SKIP_L = 20
+_ALPHAS = (0.0, 0.125, 0.25, 1 / math.sqrt(_SKIP_L), 0.5, 1.0)
+_SKIP_SCALES = (0.5, 1.0, 2.0, 4.0)
+
+
+def _alpha_label(a: float) -> str:
+    if a == 0:
+        return "0 (attention only)"
+    if math.isclose(a, 1 / math.sqrt(_SKIP_L)):
+        return f"1/√{_SKIP_L}"
+    return f"{a:g}"
+
+
+@lru_cache(maxsize=1)
+def skip_data(seeds: int = 5) -> dict:
+    """Medians over seeds of ``||res X_l||_F`` and ``sqrt(N) ||xbar_l||`` (both divided by
+    ``||X_0||_F``) and of ``r_l``, for X + alpha f(X) stacks (alpha = 0 means no skip,
+    X <- f(X)); N = 16, d = 32, L = 20. ``out[(scale, alpha)][key]`` has shape (L + 1,)."""
+    out = {}
+    for s in _SKIP_SCALES:
+        for a in _ALPHAS:
+            ab, mean, rel = [], [], []
+            for seed in range(seeds):
+                X = tokens(_N, _D, seed)
+                W = tuple(s * w for w in random_weights(_D, 1.0, _SKIP_L, seed))
+                Xs, _ = stack_states(X, *W, _SKIP_L, skip=a > 0, alpha=a if a > 0 else 1.0)
+                res = np.linalg.norm(residual(Xs), axis=(1, 2))
+                ab.append(np.maximum(res / np.linalg.norm(Xs[0]), _FLOOR))
+                m = np.linalg.norm(Xs.mean(axis=1), axis=1) * math.sqrt(_N)
+                mean.append(m / np.linalg.norm(Xs[0]))
+                rel.append(np.maximum(relative_residual(Xs), _FLOOR))
+            out[(s, a)] = {k: np.median(np.array(v), axis=0)
+                           for k, v in (("abs", ab), ("mean", mean), ("rel", rel))}
+    return out
+
+
+@register
+class SkipExplorer(Explorer):
+    """Branch scale alpha and weight scale s: residual, mean token and their ratio."""
+
+    name = "collapse-skip"
+    title = "Skip connections X + α f(X): what grows, what shrinks (20 layers, median of 5 seeds)"
+    slider_specs = (
+        Slider("alpha", _ALPHAS, label="branch scale α", default=1.0, fmt=_alpha_label),
+        Slider("scale", _SKIP_SCALES, label="weight scale s", default=1.0),
+    )
+    width, height = 8.4, 3.2
+
+    def setup(self, fig: Figure):
+        self._data = skip_data()
+        ax_a, ax_r = fig.subplots(1, 2)
+        ell = np.arange(_SKIP_L + 1)
+        (self._abs,) = ax_a.plot(ell, np.ones(_SKIP_L + 1), "o-", ms=3, color=_SKIP,
+                                 label=r"$\|\mathrm{res}\,X_l\|_F$")
+        (self._mean,) = ax_a.plot(ell, np.ones(_SKIP_L + 1), "s-", ms=3, color="C1",
+                                  label=r"$\sqrt{N}\,\|\bar x_l\|$ (mean token)")
+        ax_a.set_yscale("log")
+        ax_a.set_ylim(_FLOOR, 1e12)
+        ax_a.set_xlabel("layer $l$")
+        ax_a.set_title(r"norms divided by $\|X_0\|_F$", fontsize=9)
+        (self._rel,) = ax_r.plot(ell, np.ones(_SKIP_L + 1), "o-", ms=3, color=_SKIP,
+                                 label="$r_l$ measured")
+        (self._heur,) = ax_r.plot(ell, np.ones(_SKIP_L + 1), "--", color=plotting.ONE_COLOR,
+                                  label=r"$r_0 (1 + \alpha^2 s^2)^{-l/2}$ (uniform attention)")
+        ax_r.set_yscale("log")
+        ax_r.set_ylim(_FLOOR, 3)
+        ax_r.set_xlabel("layer $l$")
+        handles = ax_a.get_legend_handles_labels()[0] + ax_r.get_legend_handles_labels()[0]
+        fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8)
+        self._text = ax_r.set_title("", fontsize=9)
+        return [self._abs, self._mean, self._rel, self._heur, self._text]
+
+    def update(self, alpha: float, scale: float) -> None:
+        d = self._data[(scale, alpha)]
+        self._abs.set_ydata(d["abs"])
+        self._mean.set_ydata(np.maximum(d["mean"], _FLOOR))
+        self._rel.set_ydata(d["rel"])
+        ell = np.arange(_SKIP_L + 1)
+        if alpha > 0:
+            self._heur.set_ydata(d["rel"][0] * (1 + alpha**2 * scale**2) ** (-ell / 2))
+        else:
+            self._heur.set_ydata(np.full(_SKIP_L + 1, np.nan))
+        self._text.set_text(f"relative residual: r_20 = {d['rel'][-1]:.1e}")
