@@ -305,10 +305,11 @@ def fig_mlp(curves: dict[float, np.ndarray], pure: np.ndarray) -> Figure:
     ell = np.arange(pure.shape[1])
     ax.plot(ell, np.median(np.maximum(pure, _FLOOR), 0), "o-", color=_PURE, ms=3,
             label="attention only")
+    styles = ("s--", "^-.", "D:", "v--", "x-.")
     for k, (lip, y) in enumerate(curves.items()):
         y = np.maximum(y, _FLOOR)
-        ax.plot(ell[: y.shape[1]], np.median(y, 0), "s--", ms=3, color=f"C{k + 4}",
-                label=f"attention + MLP, Lipschitz {lip:g}")
+        ax.plot(ell[: y.shape[1]], np.median(y, 0), styles[k % 5], ms=4 + k, mfc="none",
+                color=f"C{k + 4}", label=f"attention + MLP, Lipschitz {lip:g}")
     ax.set_yscale("log")
     ax.set_ylim(_FLOOR, 2)
     ax.set_xlim(-0.3, pure.shape[1] - 0.7)
