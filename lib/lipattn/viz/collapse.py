@@ -477,7 +477,7 @@ class StackExplorer(Explorer):
         ell = np.arange(_L + 1)
         (self._faint,) = ax_r.plot(ell, np.ones(_L + 1), color="C0", lw=1, alpha=0.3)
         (self._curve,) = ax_r.plot([0], [1.0], "o-", color="C0", ms=3, label="$r_l$")
-        (self._bnd,) = ax_r.plot(ell, np.full(_L + 1, np.nan), "v", color="C3", ms=5,
+        (self._bnd,) = ax_r.plot([], [], "v", color="C3", ms=5,
                                  mfc="none", label=r"cubic bound from $l-1$")
         ax_r.axhline(2.2e-16, color=plotting.ONE_COLOR, lw=0.8, ls="--")
         ax_r.text(_L, 6e-16, "float64 rounding", ha="right", fontsize=7,
@@ -509,9 +509,9 @@ class StackExplorer(Explorer):
         ell = np.arange(_L + 1)
         self._faint.set_ydata(r)
         self._curve.set_data(ell[: layer + 1], r[: layer + 1])
-        b = data["bound"].copy()
-        b[layer + 1:] = np.nan
-        self._bnd.set_ydata(np.clip(b, _FLOOR, 1e3))
+        b = data["bound"]
+        shown = ~np.isnan(b) & (ell <= layer)
+        self._bnd.set_data(ell[shown], np.clip(b[shown], _FLOOR, 1e3))
         self._vline.set_xdata([layer, layer])
         self._rtext.set_text(f"relative residual r_{layer} = {r[layer]:.1e}")
         self._img.set_data(data["P"][layer])
@@ -599,7 +599,7 @@ class SkipExplorer(Explorer):
         self._rel.set_ydata(d["rel"])
         ell = np.arange(_SKIP_L + 1)
         if alpha > 0:
-            self._heur.set_ydata(d["rel"][0] * (1 + alpha**2 * scale**2) ** (-ell / 2))
-        else:
-            self._heur.set_ydata(np.full(_SKIP_L + 1, np.nan))
+            self._heur.set_data(ell, d["rel"][0] * (1 + alpha**2 * scale**2) ** (-ell / 2))
+        else:  # no skip: no heuristic
+            self._heur.set_data([], [])
         self._text.set_text(f"relative residual: r_20 = {d['rel'][-1]:.1e}")
