@@ -1,0 +1,605 @@
+"""Figures, experiments and the explorer of the rank-collapse chapter.
+
+Everything is computed with :mod:`lipattn.collapse` and
+:mod:`lipattn.attention`; this module only arranges it. Weights are i.i.d.
+Gaussian with entries ``N(0, s^2/d)`` (:func:`lipattn.collapse.random_weights`),
+a fresh set per layer; randomness comes from ``np.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from matplotlib.colors import PowerNorm
+from matplotlib.figure import Figure
+
+from .. import plotting
+from .._validate import as_int_at_least, as_positive_float
+from ..attention import attention_matrix, self_attention
+from ..collapse import (
+    cubic_constant,
+    cubic_leading_term,
+    query_gradient,
+    random_weights,
+    relative_residual,
+    residual,
+    spectral_2norm,
+    stack_states,
+    trajectory,
+)
+from ..widgets import Explorer, Slider, register
+
+__all__ = [
+    "tokens",
+    "mlp_weights",
+    "fig_intro",
+    "leading_coefficient_table",
+    "fig_leading",
+    "SignatureRun",
+    "signature_run",
+    "fig_signature",
+    "skip_curves",
+    "fig_skips",
+    "mlp_curves",
+    "fig_mlp",
+    "regime_grid",
+    "fig_regime",
+    "gradient_table",
+    "fig_gradient",
+    "init_sharpness",
+    "stack_explorer_data",
+    "StackExplorer",
+    "skip_data",
+    "SkipExplorer",
+]
+
+_FLOOR = 1e-17
+_PURE, _SKIP, _ALPHA = "C3", "C0", "C2"
+
+
+def tokens(n: int, d: int, seed: int = 0, mean: float = 0.0) -> np.ndarray:
+    """``n`` standard-normal tokens in ``R^d`` plus ``mean`` in every coordinate, (n, d)."""
+    n = as_int_at_least(n, "n", 1)
+    d = as_int_at_least(d, "d", 1)
+    return np.random.default_rng(10_000 + seed).standard_normal((n, d)) + mean
+
+
+def mlp_weights(d: int, lip: float, layers: int, seed: int = 0,
+                hidden: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-layer ReLU-MLP weights with ``||W_1||_2 = 1`` and ``||W_2||_2 = lip``.
+
+    The MLP ``relu(Y W_1) W_2`` is then ``lip``-Lipschitz (row-wise, in the
+    Euclidean norm), and that bound is attained on the positive orthant of
+    the top singular directions. Shapes (layers, d, h) and (layers, h, d),
+    ``h = 4d`` unless given.
+    """
+    lip = as_positive_float(lip, "lip")
+    h = 4 * d if hidden is None else as_int_at_least(hidden, "hidden", 1)
+    rng = np.random.default_rng(20_000 + seed)
+    W1 = rng.standard_normal((layers, d, h))
+    W2 = rng.standard_normal((layers, h, d))
+    W1 /= spectral_2norm(W1)[:, None, None]
+    W2 *= lip / spectral_2norm(W2)[:, None, None]
+    return W1, W2
+
+
+# --------------------------------------------------------------------------
+# A first picture: tokens in the plane
+# --------------------------------------------------------------------------
+def fig_intro(n: int = 24, scale: float = 1.5, layers: int = 4, seed: int = 1) -> Figure:
+    """Tokens in R^2 under pure attention with W_V = I, one panel per layer."""
+    X = tokens(n, 2, seed)
+    W_Q, W_K, _ = random_weights(2, scale, layers, seed)
+    Xs, _ = stack_states(X, W_Q, W_K, np.eye(2), layers)
+    r = relative_residual(Xs)
+    fig, axes = plotting.figure(layers + 1, width=8.4, height=2.3, sharex=True, sharey=True)
+    lim = 1.1 * np.abs(X).max()
+    for ell, ax in enumerate(axes):
+        for k in range(ell):
+            ax.plot(Xs[k][:, 0], Xs[k][:, 1], ".", color="0.8", ms=3)
+        ax.plot(Xs[ell][:, 0], Xs[ell][:, 1], "o", color="C0", ms=4)
+        ax.set_title(f"layer {ell}: r = {r[ell]:.1e}", fontsize=9)
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    return fig
+
+
+# --------------------------------------------------------------------------
+# The leading-order coefficient
+# --------------------------------------------------------------------------
+def leading_coefficient_table(n: int = 6, d: int = 4, scale: float = 1.5, seed: int = 3,
+                              eps: np.ndarray | None = None) -> dict[str, np.ndarray | float]:
+    """``||res f(1 xbar^T + eps R)||_F / ||eps R||_F^3`` against eps, the exact leading
+    coefficient and the bound ``c``."""
+    eps = np.geomspace(1.0, 3e-4, 15) if eps is None else np.asarray(eps, float)
+    rng = np.random.default_rng(seed)
+    W_Q, W_K, W_V = (w[0] for w in random_weights(d, scale, 1, seed))
+    xbar = rng.standard_normal(d)
+    R = residual(rng.standard_normal((n, d)))
+    R /= np.linalg.norm(R)
+    ratio = np.array([np.linalg.norm(residual(self_attention(xbar + e * R, W_Q, W_K, W_V)))
+                      / e**3 for e in eps])
+    lead = float(np.linalg.norm(cubic_leading_term(R, W_Q, W_K, W_V)))
+    return {"eps": eps, "ratio": ratio, "lead": lead, "c": cubic_constant(W_Q, W_K, W_V)}
+
+
+def fig_leading(table: dict) -> Figure:
+    """The ratio against eps (converging to the leading coefficient) and its relative error."""
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.0)
+    e = table["eps"]
+    ax1.plot(e, table["ratio"], "o-", ms=3, color="C0",
+             label=r"$\|\mathrm{res}\,f(X)\|_F / \|\mathrm{res}\,X\|_F^3$")
+    ax1.axhline(table["lead"], color="k", ls="--", lw=1.2,
+                label=r"leading term $\|RAR^\top R W_V\|_F/N$")
+    ax1.axhline(table["c"], color="C3", ls=":", lw=1.6, label="bound $c$ (theorem)")
+    ax1.set_xscale("log")
+    ax1.set_yscale("log")
+    ax1.set_ylim(table["lead"] / 4, 20 * table["c"])
+    ax1.set_xlabel(r"$\varepsilon = \|\mathrm{res}\,X\|_F$")
+    ax1.legend(loc="upper left", fontsize=8)
+    rel = np.abs(table["ratio"] / table["lead"] - 1)
+    ax2.loglog(e, rel, "o-", ms=3, color="C0", label="relative error")
+    ax2.loglog(e, rel[-1] * e / e[-1], "--", color=plotting.ONE_COLOR,
+               label=r"slope 1 ($\propto\varepsilon$)")
+    ax2.set_xlabel(r"$\varepsilon$")
+    ax2.set_title("distance to the leading coefficient", fontsize=10)
+    ax2.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# The signature figure: float64 stops, mpmath goes on
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SignatureRun:
+    """One pure-attention stack in float64 and in mpmath.
+
+    Attributes
+    ----------
+    log_f64, log_mp : ndarray, shape (L + 1,)
+        ``log10 r_l`` in float64 and with ``dps`` digits.
+    log_bound : ndarray, shape (L + 1,)
+        ``log10`` of the cubic bound on ``r_l``, unrolled from layer ``start``
+        (NaN before it).
+    start : int
+        First layer at which ``c_l ||res_l||^2 < 1``.
+    dps : int
+    """
+
+    log_f64: np.ndarray
+    log_mp: np.ndarray
+    log_bound: np.ndarray
+    start: int
+    dps: int
+
+
+@lru_cache(maxsize=2)
+def signature_run(n: int = 8, d: int = 8, scale: float = 1.0, layers: int = 8,
+                  dps: int = 600, seed: int = 0) -> SignatureRun:
+    """The float64 and mpmath trajectories of one stack, and the unrolled cubic bound."""
+    X = tokens(n, d, seed, mean=1.0)
+    W = random_weights(d, scale, layers, seed)
+    log_f64 = trajectory(X, *W, layers, log10=True)
+    log_mp = trajectory(X, *W, layers, dps=dps, log10=True)
+    log_abs = trajectory(X, *W, layers, dps=dps, log10=True, absolute=True)
+    log_norm = log_abs - log_mp  # log10 ||X_l||_F
+    logc = np.log10([cubic_constant(W[0][k], W[1][k], W[2][k]) for k in range(layers)])
+    start = next(k for k in range(layers) if logc[k] + 2 * log_abs[k] < 0)
+    bound = np.full(layers + 1, np.nan)
+    b = log_abs[start]
+    for k in range(start, layers + 1):
+        bound[k] = b - log_norm[k]
+        if k < layers:
+            b = logc[k] + 3 * b
+    for a in (log_f64, log_mp, bound):
+        a.setflags(write=False)
+    return SignatureRun(log_f64, log_mp, bound, start, dps)
+
+
+def fig_signature(run: SignatureRun) -> Figure:
+    """Digits of collapse -log10 r_l on a log axis, and the exponent ratio."""
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
+    L = run.log_mp.size - 1
+    ell = np.arange(L + 1)
+    floor = -(run.dps - 5)
+    ok = run.log_mp > floor
+    ax1.plot(ell[ok], -run.log_mp[ok], "o-", color="C0", label=f"mpmath, {run.dps} digits")
+    ax1.plot(ell, -run.log_f64, "s--", color="C1", ms=4, label="float64")
+    b = ~np.isnan(run.log_bound)
+    ax1.plot(ell[b], -run.log_bound[b], ":", color="C3", lw=2,
+             label=f"cubic bound from layer {run.start}")
+    ax1.axhline(16, color=plotting.ONE_COLOR, lw=0.8, ls="--")
+    ax1.text(0.1, 19, "float64 rounding", fontsize=8, color=plotting.ONE_COLOR)
+    ax1.set_yscale("log")
+    ax1.set_ylim(0.1, 3 * run.dps)
+    ax1.set_xlabel("layer $l$")
+    ax1.set_ylabel(r"$-\log_{10} r_l$ (log axis)")
+    ax1.set_title(r"digits of collapse: a line means $r_l \approx a^{3^l}$", fontsize=10)
+    ax1.legend(loc="upper left", fontsize=8)
+    lr = run.log_mp
+    good = (lr[:-1] < -0.5) & (lr[1:] > floor)
+    ratio = lr[1:][good] / lr[:-1][good]
+    ax2.plot(ell[1:][good], ratio, "o-", color="C0", label=r"$\log r_{l+1} / \log r_l$ (mpmath)")
+    fgood = good & (run.log_f64[1:] > -15)
+    ax2.plot(ell[1:][fgood], run.log_f64[1:][fgood] / run.log_f64[:-1][fgood], "s--",
+             color="C1", ms=4, label="float64 (until rounding)")
+    ax2.axhline(3, color="k", ls="--", lw=1, label="3")
+    ax2.set_ylim(1, 5)
+    ax2.set_xlim(-0.3, L + 0.3)
+    ax2.set_xlabel("layer $l + 1$")
+    ax2.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Skip connections and MLPs
+# --------------------------------------------------------------------------
+def skip_curves(n: int = 16, d: int = 64, scale: float = 1.0, layers: int = 20,
+                seeds: int = 5) -> dict[str, dict[str, np.ndarray]]:
+    """Absolute and relative residuals against depth for pure attention, X + f(X) and
+    X + f(X)/sqrt(L); ``out[mode][kind]`` has shape (seeds, layers + 1)."""
+    modes = {"pure": (False, 1.0), "skip": (True, 1.0), "alpha": (True, 1 / math.sqrt(layers))}
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for mode, (skip, alpha) in modes.items():
+        rel, ab = [], []
+        for s in range(seeds):
+            X = tokens(n, d, s)
+            W = random_weights(d, scale, layers, s)
+            rel.append(trajectory(X, *W, layers, skip=skip, alpha=alpha))
+            ab.append(trajectory(X, *W, layers, skip=skip, alpha=alpha, absolute=True))
+        out[mode] = {"rel": np.array(rel), "abs": np.array(ab) / np.array(ab)[:, :1]}
+    return out
+
+
+_MODE_STYLE = {"pure": (_PURE, "pure attention"), "skip": (_SKIP, r"$X + f(X)$"),
+               "alpha": (_ALPHA, r"$X + f(X)/\sqrt{L}$")}
+
+
+def fig_skips(curves: dict, scale: float = 1.0) -> Figure:
+    """Median (line) and range over seeds (band) of the absolute and relative residual."""
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
+    for mode, (color, label) in _MODE_STYLE.items():
+        for ax, kind in ((ax1, "abs"), (ax2, "rel")):
+            y = np.maximum(curves[mode][kind], _FLOOR)
+            ell = np.arange(y.shape[1])
+            ax.fill_between(ell, y.min(0), y.max(0), color=color, alpha=0.2, lw=0)
+            ax.plot(ell, np.median(y, 0), "o-", ms=3, color=color, label=label)
+    ax1.set_yscale("log")
+    ax1.set_ylim(_FLOOR, 1e4)
+    ax1.set_ylabel(r"$\|\mathrm{res}\,X_l\|_F / \|\mathrm{res}\,X_0\|_F$")
+    ax1.set_title("absolute residual", fontsize=10)
+    ax2.set_yscale("log")
+    ax2.set_ylim(_FLOOR, 2)
+    ax2.set_ylabel(r"$r_l = \|\mathrm{res}\,X_l\|_F / \|X_l\|_F$")
+    ax2.set_title(f"relative residual (weight scale {scale:g})", fontsize=10)
+    for ax in (ax1, ax2):
+        ax.set_xlabel("layer $l$")
+    ax1.legend(loc="lower left", fontsize=8)
+    return fig
+
+
+def mlp_curves(lips: tuple[float, ...] = (0.5, 4, 64, 4096), n: int = 16, d: int = 64,
+               layers: int = 8, seeds: int = 5) -> dict[float, np.ndarray]:
+    """Relative residual of attention followed by a ReLU MLP of Lipschitz constant ``lip``,
+    no skips; ``out[lip]`` has shape (seeds, layers + 1)."""
+    out = {}
+    for lip in lips:
+        rows = []
+        for s in range(seeds):
+            W = random_weights(d, 1.0, layers, s)
+            rows.append(trajectory(tokens(n, d, s), *W, layers,
+                                   mlp=mlp_weights(d, lip, layers, s)))
+        out[lip] = np.array(rows)
+    return out
+
+
+def fig_mlp(curves: dict[float, np.ndarray], pure: np.ndarray) -> Figure:
+    """Median relative residual against depth for several MLP Lipschitz constants."""
+    fig, ax = plotting.figure(1, width=8.4, height=3.0)
+    ell = np.arange(pure.shape[1])
+    ax.plot(ell, np.median(np.maximum(pure, _FLOOR), 0), "o-", color=_PURE, ms=3,
+            label="attention only")
+    styles = ("s--", "^-.", "D:", "v--", "x-.")
+    for k, (lip, y) in enumerate(curves.items()):
+        y = np.maximum(y, _FLOOR)
+        ax.plot(ell[: y.shape[1]], np.median(y, 0), styles[k % 5], ms=4 + k, mfc="none",
+                color=f"C{k + 4}", label=f"attention + MLP, Lipschitz {lip:g}")
+    ax.set_yscale("log")
+    ax.set_ylim(_FLOOR, 2)
+    ax.set_xlim(-0.3, pure.shape[1] - 0.7)
+    ax.set_xlabel("layer $l$")
+    ax.set_ylabel("$r_l$ (median of 5 seeds)")
+    ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# The regime map
+# --------------------------------------------------------------------------
+def regime_grid(scales: np.ndarray | None = None, layers: int = 16, n: int = 16, d: int = 64,
+                seeds: int = 8) -> dict[str, np.ndarray]:
+    """``log10 r_l`` of pure stacks on a grid of weight scales, shape (seeds, S, layers + 1)."""
+    scales = np.geomspace(0.25, 16, 13) if scales is None else np.asarray(scales, float)
+    logr = np.empty((seeds, scales.size, layers + 1))
+    for s in range(seeds):
+        X = tokens(n, d, s)
+        base = random_weights(d, 1.0, layers, s)
+        for k, sc in enumerate(scales):
+            logr[s, k] = trajectory(X, *(sc * w for w in base), layers, log10=True)
+    return {"scale": scales, "log_r": logr}
+
+
+def fig_regime(grid: dict[str, np.ndarray], alive: float = 1e-3) -> Figure:
+    """Heatmaps: median log10 r_l, and the share of seeds with r_l > ``alive``."""
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.4)
+    sc, lr = grid["scale"], np.maximum(grid["log_r"], -16.5)
+    L = lr.shape[2] - 1
+    extent = (-0.5, sc.size - 0.5, -0.5, L + 0.5)
+    im1 = ax1.imshow(np.median(lr, 0).T, origin="lower", aspect="auto", extent=extent,
+                     cmap="viridis", vmin=-16.5, vmax=0)
+    fig.colorbar(im1, ax=ax1, label=r"median $\log_{10} r_l$")
+    share = np.mean(lr > math.log10(alive), axis=0)
+    im2 = ax2.imshow(share.T, origin="lower", aspect="auto", extent=extent, cmap="magma",
+                     vmin=0, vmax=1)
+    fig.colorbar(im2, ax=ax2, label=f"share of seeds with $r_l > {alive:g}$")
+    ticks = np.arange(0, sc.size, 2)
+    for ax in (ax1, ax2):
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{sc[t]:.2g}" for t in ticks])
+        ax.set_xlabel("weight scale $s$ (entries $N(0, s^2/d)$)")
+        ax.set_ylabel("layer $l$")
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Query gradients near collapse
+# --------------------------------------------------------------------------
+def gradient_table(n: int = 16, d: int = 16, seed: int = 0,
+                   eps: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``||dL/dW_Q||_F`` for ``X = 1 xbar^T + eps R`` (unit ``||R||_F``) and a fixed
+    random upstream gradient, against the relative residual of ``X``."""
+    eps = np.geomspace(3.0, 1e-6, 16) if eps is None else np.asarray(eps, float)
+    rng = np.random.default_rng(seed)
+    W_Q, W_K, W_V = (w[0] for w in random_weights(d, 1.0, 1, seed))
+    xbar = rng.standard_normal(d)
+    R = residual(rng.standard_normal((n, d)))
+    R /= np.linalg.norm(R)
+    G = rng.standard_normal((n, d))
+    g = np.array([np.linalg.norm(query_gradient(xbar + e * R, W_Q, W_K, W_V, G))
+                  for e in eps])
+    r = np.array([float(relative_residual(xbar + e * R)) for e in eps])
+    return {"eps": eps, "r": r, "grad": g}
+
+
+def fig_gradient(table: dict[str, np.ndarray]) -> Figure:
+    """The query-weight gradient against the relative residual, log-log."""
+    fig, ax = plotting.figure(1, width=6.0, height=3.0)
+    ax.loglog(table["r"], table["grad"], "o-", ms=3, color="C0",
+              label=r"$\|\partial L/\partial W_Q\|_F$")
+    k = -1
+    ax.loglog(table["r"], table["grad"][k] * (table["r"] / table["r"][k]) ** 2, "--",
+              color=plotting.ONE_COLOR, label="slope 2")
+    ax.set_xlabel("relative residual $r(X)$ of the layer's input")
+    ax.set_ylabel("gradient norm")
+    ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def init_sharpness(ds: tuple[int, ...] = (16, 64, 256, 1024), n: int = 16,
+                   seeds: int = 5) -> dict[int, float]:
+    """Mean over rows and seeds of max_j P_ij for one layer at initialisation
+    (standard-normal tokens, weights N(0, 1/d)); 1/n would be uniform attention."""
+    out = {}
+    for d in ds:
+        vals = []
+        for s in range(seeds):
+            W_Q, W_K, _ = random_weights(d, 1.0, 1, s)
+            P = attention_matrix(tokens(n, d, s), W_Q[0], W_K[0])
+            vals.append(P.max(axis=1).mean())
+        out[d] = float(np.mean(vals))
+    return out
+
+
+# --------------------------------------------------------------------------
+# The explorer
+# --------------------------------------------------------------------------
+_N, _D, _L = 16, 32, 12
+_LAYER_GRID = (0, 1, 2, 3, 4, 6, 8, 12)
+_SCALES = (0.5, 1.0, 2.0, 4.0)
+_BLOCKS = ("pure", "mlp", "skip", "alpha")
+_BLOCK_LABEL = {"pure": "attention only", "mlp": "attention + MLP (Lipschitz 4)",
+                "skip": "X + f(X)", "alpha": "X + f(X)/√L"}
+
+
+@lru_cache(maxsize=1)
+def stack_explorer_data() -> dict:
+    """Every (scale, block) stack of the explorer: tokens, attention, r_l, one-step bounds."""
+    X = tokens(_N, _D, seed=3)
+    R0 = residual(X)
+    _, _, vt = np.linalg.svd(R0, full_matrices=False)
+    proj = vt[:2].T  # top-2 principal directions of the input's residual
+    base = random_weights(_D, 1.0, _L + 1, seed=3)
+    mlp = mlp_weights(_D, 4.0, _L + 1, seed=3)
+    out = {}
+    for s in _SCALES:
+        W = tuple(s * w for w in base)
+        c = np.array([cubic_constant(W[0][k], W[1][k], W[2][k]) for k in range(_L + 1)])
+        for block in _BLOCKS:
+            skip = block in ("skip", "alpha")
+            alpha = 1 / math.sqrt(_L) if block == "alpha" else 1.0
+            Xs, Ps = stack_states(X, *W, _L + 1, skip=skip, alpha=alpha,
+                                  mlp=mlp if block == "mlp" else None)
+            Xs = Xs[: _L + 1]
+            norms = np.linalg.norm(Xs, axis=(1, 2))
+            res = residual(Xs)
+            pts = res @ proj * math.sqrt(_N) / norms[:, None, None]
+            r = np.maximum(relative_residual(Xs), _FLOOR)
+            rn = np.linalg.norm(res, axis=(1, 2))
+            bound = np.full(_L + 1, np.nan)
+            if block in ("pure", "mlp"):
+                lip = 4.0 if block == "mlp" else 1.0
+                bound[1:] = lip * c[:_L] * rn[:_L] ** 3 / np.maximum(norms[1:], 1e-300)
+            out[(s, block)] = {"pts": pts, "P": Ps, "r": r, "bound": bound}
+    return out
+
+
+@register
+class StackExplorer(Explorer):
+    """Depth, weight scale and block type: tokens, r_l with the cubic bound, attention."""
+
+    name = "collapse-stack"
+    title = "A stack of attention layers: tokens, relative residual, attention matrix"
+    slider_specs = (
+        Slider("layer", _LAYER_GRID, label="layer l", default=0),
+        Slider("scale", _SCALES, label="weight scale s", default=1.0),
+        Slider("block", _BLOCKS, label="block", fmt=lambda b: _BLOCK_LABEL[b]),
+    )
+    width, height = 8.4, 3.3
+
+    def setup(self, fig: Figure):
+        self._data = stack_explorer_data()
+        ax_t, ax_r, ax_p = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1.35, 1]})
+        (self._ghost,) = ax_t.plot([], [], ".", color="0.8", ms=4)
+        (self._pts,) = ax_t.plot([], [], "o", color="C0", ms=4)
+        ax_t.set_xlim(-1.2, 1.2)
+        ax_t.set_ylim(-1.2, 1.2)
+        ax_t.set_aspect("equal")
+        ax_t.set_xticks([-1, 0, 1])
+        ax_t.set_yticks([-1, 0, 1])
+        ax_t.set_xlabel("PC 1 of res$(X_0)$")
+        ax_t.set_title("(token − mean) / RMS token norm", fontsize=9)
+        ell = np.arange(_L + 1)
+        (self._faint,) = ax_r.plot(ell, np.ones(_L + 1), color="C0", lw=1, alpha=0.3)
+        (self._curve,) = ax_r.plot([0], [1.0], "o-", color="C0", ms=3, label="$r_l$")
+        (self._bnd,) = ax_r.plot([], [], "v", color="C3", ms=5,
+                                 mfc="none", label=r"cubic bound from $l-1$")
+        ax_r.axhline(2.2e-16, color=plotting.ONE_COLOR, lw=0.8, ls="--")
+        ax_r.text(_L, 6e-16, "float64 rounding", ha="right", fontsize=7,
+                  color=plotting.ONE_COLOR)
+        self._vline = ax_r.axvline(0, color="k", lw=0.8)
+        ax_r.set_yscale("log")
+        ax_r.set_ylim(_FLOOR, 3)
+        ax_r.set_xlim(-0.4, _L + 0.4)
+        ax_r.set_xlabel("layer $l$")
+        ax_r.legend(loc="center right", fontsize=7.5)
+        self._rtext = ax_r.set_title("", fontsize=9)
+        self._img = ax_p.imshow(np.full((_N, _N), 1 / _N), cmap="Blues",
+                                norm=PowerNorm(0.5, vmin=0, vmax=1), interpolation="nearest")
+        ax_p.set_xticks([0, _N - 1], ["1", str(_N)])
+        ax_p.set_yticks([0, _N - 1], ["1", str(_N)])
+        ax_p.set_xlabel("key")
+        ax_p.set_ylabel("query")
+        ax_p.set_title("attention matrix $P_l$", fontsize=9)
+        return [self._ghost, self._pts, self._faint, self._curve, self._bnd, self._vline,
+                self._rtext, self._img]
+
+    def update(self, layer: int, scale: float, block: str) -> None:
+        data = self._data[(scale, block)]
+        pts = data["pts"]
+        ghost = pts[:layer].reshape(-1, 2) if layer else np.zeros((0, 2))
+        self._ghost.set_data(ghost[:, 0], ghost[:, 1])
+        self._pts.set_data(pts[layer][:, 0], pts[layer][:, 1])
+        r = data["r"]
+        ell = np.arange(_L + 1)
+        self._faint.set_ydata(r)
+        self._curve.set_data(ell[: layer + 1], r[: layer + 1])
+        b = data["bound"]
+        shown = ~np.isnan(b) & (ell <= layer)
+        self._bnd.set_data(ell[shown], np.clip(b[shown], _FLOOR, 1e3))
+        self._vline.set_xdata([layer, layer])
+        self._rtext.set_text(f"relative residual r_{layer} = {r[layer]:.1e}")
+        self._img.set_data(data["P"][layer])
+
+
+# --------------------------------------------------------------------------
+# The skip explorer
+# --------------------------------------------------------------------------
+_SKIP_L = 20
+_ALPHAS = (0.0, 0.125, 0.25, 1 / math.sqrt(_SKIP_L), 0.5, 1.0)
+_SKIP_SCALES = (0.5, 1.0, 2.0, 4.0)
+
+
+def _alpha_label(a: float) -> str:
+    if a == 0:
+        return "0 (attention only)"
+    if math.isclose(a, 1 / math.sqrt(_SKIP_L)):
+        return f"1/√{_SKIP_L}"
+    return f"{a:g}"
+
+
+@lru_cache(maxsize=1)
+def skip_data(seeds: int = 5) -> dict:
+    """Medians over seeds of ``||res X_l||_F`` and ``sqrt(N) ||xbar_l||`` (both divided by
+    ``||X_0||_F``) and of ``r_l``, for X + alpha f(X) stacks (alpha = 0 means no skip,
+    X <- f(X)); N = 16, d = 32, L = 20. ``out[(scale, alpha)][key]`` has shape (L + 1,)."""
+    out = {}
+    for s in _SKIP_SCALES:
+        for a in _ALPHAS:
+            ab, mean, rel = [], [], []
+            for seed in range(seeds):
+                X = tokens(_N, _D, seed)
+                W = tuple(s * w for w in random_weights(_D, 1.0, _SKIP_L, seed))
+                Xs, _ = stack_states(X, *W, _SKIP_L, skip=a > 0, alpha=a if a > 0 else 1.0)
+                res = np.linalg.norm(residual(Xs), axis=(1, 2))
+                ab.append(np.maximum(res / np.linalg.norm(Xs[0]), _FLOOR))
+                m = np.linalg.norm(Xs.mean(axis=1), axis=1) * math.sqrt(_N)
+                mean.append(m / np.linalg.norm(Xs[0]))
+                rel.append(np.maximum(relative_residual(Xs), _FLOOR))
+            out[(s, a)] = {k: np.median(np.array(v), axis=0)
+                           for k, v in (("abs", ab), ("mean", mean), ("rel", rel))}
+    return out
+
+
+@register
+class SkipExplorer(Explorer):
+    """Branch scale alpha and weight scale s: residual, mean token and their ratio."""
+
+    name = "collapse-skip"
+    title = "Skip connections X + α f(X): what grows, what shrinks (20 layers, median of 5 seeds)"
+    slider_specs = (
+        Slider("alpha", _ALPHAS, label="branch scale α", default=1.0, fmt=_alpha_label),
+        Slider("scale", _SKIP_SCALES, label="weight scale s", default=1.0),
+    )
+    width, height = 8.4, 3.2
+
+    def setup(self, fig: Figure):
+        self._data = skip_data()
+        ax_a, ax_r = fig.subplots(1, 2)
+        ell = np.arange(_SKIP_L + 1)
+        (self._abs,) = ax_a.plot(ell, np.ones(_SKIP_L + 1), "o-", ms=3, color=_SKIP,
+                                 label=r"$\|\mathrm{res}\,X_l\|_F$")
+        (self._mean,) = ax_a.plot(ell, np.ones(_SKIP_L + 1), "s-", ms=3, color="C1",
+                                  label=r"$\sqrt{N}\,\|\bar x_l\|$ (mean token)")
+        ax_a.set_yscale("log")
+        ax_a.set_ylim(_FLOOR, 1e12)
+        ax_a.set_xlabel("layer $l$")
+        ax_a.set_title(r"norms divided by $\|X_0\|_F$", fontsize=9)
+        (self._rel,) = ax_r.plot(ell, np.ones(_SKIP_L + 1), "o-", ms=3, color=_SKIP,
+                                 label="$r_l$ measured")
+        (self._heur,) = ax_r.plot(ell, np.ones(_SKIP_L + 1), "--", color=plotting.ONE_COLOR,
+                                  label=r"$r_0 (1 + \alpha^2 s^2)^{-l/2}$ (uniform attention)")
+        ax_r.set_yscale("log")
+        ax_r.set_ylim(_FLOOR, 3)
+        ax_r.set_xlabel("layer $l$")
+        handles = ax_a.get_legend_handles_labels()[0] + ax_r.get_legend_handles_labels()[0]
+        fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8)
+        self._text = ax_r.set_title("", fontsize=9)
+        return [self._abs, self._mean, self._rel, self._heur, self._text]
+
+    def update(self, alpha: float, scale: float) -> None:
+        d = self._data[(scale, alpha)]
+        self._abs.set_ydata(d["abs"])
+        self._mean.set_ydata(np.maximum(d["mean"], _FLOOR))
+        self._rel.set_ydata(d["rel"])
+        ell = np.arange(_SKIP_L + 1)
+        if alpha > 0:
+            self._heur.set_data(ell, d["rel"][0] * (1 + alpha**2 * scale**2) ** (-ell / 2))
+        else:  # no skip: no heuristic
+            self._heur.set_data([], [])
+        self._text.set_text(f"relative residual: r_20 = {d['rel'][-1]:.1e}")

@@ -1,0 +1,168 @@
+"""Figures, experiment helpers and the explorer of Chapter 3."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from lipattn import collapse
+from lipattn.viz import collapse as viz
+from lipattn.widgets import get_explorer
+
+
+def test_mlp_weights_have_the_requested_lipschitz_bound():
+    W1, W2 = viz.mlp_weights(8, 3.0, 2, seed=1)
+    assert W1.shape == (2, 8, 32) and W2.shape == (2, 32, 8)
+    for k in range(2):
+        assert np.linalg.norm(W1[k], 2) == pytest.approx(1.0, rel=1e-10)
+        assert np.linalg.norm(W2[k], 2) == pytest.approx(3.0, rel=1e-10)
+    with pytest.raises(ValueError, match="lip"):
+        viz.mlp_weights(8, 0.0, 1)
+
+
+def test_spectral_2norm_matches_svd():
+    A = np.random.default_rng(0).standard_normal((3, 5, 7))
+    np.testing.assert_allclose(collapse.spectral_2norm(A),
+                               [np.linalg.svd(a, compute_uv=False)[0] for a in A], rtol=1e-12)
+
+
+def test_leading_table_converges():
+    t = viz.leading_coefficient_table(eps=np.array([1e-1, 1e-2, 1e-3]))
+    err = np.abs(t["ratio"] / t["lead"] - 1)
+    assert err[2] < err[1] < err[0] and err[2] < 1e-2
+    assert np.all(t["ratio"] <= t["c"])
+
+
+def test_signature_run_is_consistent():
+    run = viz.signature_run(n=6, d=6, layers=6, dps=200)
+    keep = run.log_f64 > -12
+    np.testing.assert_allclose(run.log_f64[keep], run.log_mp[keep], atol=1e-8)
+    b = ~np.isnan(run.log_bound)
+    # the unrolled bound holds where mpmath is above its own rounding floor
+    ok = b & (run.log_mp > -190)
+    assert np.all(run.log_mp[ok] <= run.log_bound[ok] + 1e-9)
+    assert run.log_mp.min() < -100
+
+
+def test_skip_curves_agree_with_trajectory():
+    cur = viz.skip_curves(n=6, d=8, layers=4, seeds=2)
+    X = viz.tokens(6, 8, 1)
+    W = collapse.random_weights(8, 1.0, 4, 1)
+    np.testing.assert_array_equal(cur["alpha"]["rel"][1],
+                                  collapse.trajectory(X, *W, 4, skip=True, alpha=0.5))
+    assert np.all(cur["skip"]["abs"][:, 0] == 1.0)
+
+
+def test_mlp_relative_residual_after_one_layer_is_homogeneous():
+    cur = viz.mlp_curves(lips=(0.5, 50.0), n=6, d=8, layers=2, seeds=2)
+    np.testing.assert_allclose(cur[0.5][:, 1], cur[50.0][:, 1], rtol=1e-10)
+
+
+def test_regime_grid_matches_trajectory():
+    g = viz.regime_grid(scales=np.array([0.5, 4.0]), layers=3, n=6, d=8, seeds=2)
+    X = viz.tokens(6, 8, 1)
+    W = [4.0 * w for w in collapse.random_weights(8, 1.0, 3, 1)]
+    np.testing.assert_allclose(g["log_r"][1, 1], collapse.trajectory(X, *W, 3, log10=True))
+
+
+def test_gradient_table_is_quadratic_in_the_residual():
+    t = viz.gradient_table(n=6, d=6, eps=np.geomspace(1e-2, 1e-5, 6))
+    slope = np.polyfit(np.log(t["r"]), np.log(t["grad"]), 1)[0]
+    assert slope == pytest.approx(2.0, abs=0.02)
+
+
+def test_init_sharpness_is_not_uniform():
+    sharp = viz.init_sharpness(ds=(16, 256), n=16, seeds=2)
+    assert all(v > 2 / 16 for v in sharp.values())
+
+
+def test_figures_build():
+    figs = [
+        viz.fig_intro(n=8, layers=2),
+        viz.fig_leading(viz.leading_coefficient_table(eps=np.geomspace(1, 1e-3, 5))),
+        viz.fig_signature(viz.signature_run(n=6, d=6, layers=6, dps=200)),
+        viz.fig_skips(viz.skip_curves(n=6, d=8, layers=4, seeds=2)),
+        viz.fig_mlp(viz.mlp_curves(lips=(1.0,), n=6, d=8, layers=3, seeds=2),
+                    np.full((2, 4), 0.5)),
+        viz.fig_regime(viz.regime_grid(scales=np.array([0.5, 2.0]), layers=3, n=6, d=8,
+                                       seeds=2)),
+        viz.fig_gradient(viz.gradient_table(n=6, d=6, eps=np.geomspace(1, 1e-3, 4))),
+    ]
+    assert all(isinstance(f, Figure) for f in figs)
+
+
+# ---------------------------------------------------------------------------
+# the explorer
+# ---------------------------------------------------------------------------
+def test_explorer_data_invariants():
+    data = viz.stack_explorer_data()
+    for (_scale, block), d in data.items():
+        assert d["pts"].shape == (viz._L + 1, viz._N, 2)
+        assert d["P"].shape[1:] == (viz._N, viz._N)
+        np.testing.assert_allclose(d["P"].sum(-1), 1.0, rtol=1e-12)
+        assert np.all((d["r"] > 0) & (d["r"] <= 1 + 1e-12))
+        if block in ("pure", "mlp"):
+            # the one-step cubic bound holds wherever it is below 1
+            b = d["bound"][1:]
+            ok = b < 1
+            assert np.all(d["r"][1:][ok] <= b[ok] * (1 + 1e-9) + 1e-15)  # + rounding
+        else:
+            assert np.all(np.isnan(d["bound"]))
+    # pure attention at scale 1 collapses; alpha-scaled skips keep r of order 1
+    assert data[(1.0, "pure")]["r"][-1] < 1e-14
+    assert data[(1.0, "alpha")]["r"].min() > 0.5
+
+
+@pytest.mark.parametrize("name", ["collapse-stack", "collapse-skip"])
+def test_explorer_every_frame_differs_along_each_slider(name):
+    ex = get_explorer(name)
+    base = ex.rgba().copy()
+    for name, values in ex.sliders.items():
+        frames = []
+        for v in values[:3]:
+            ex.draw(**{name: v})
+            frames.append(ex.rgba().copy())
+        assert any(not np.array_equal(frames[0], f) for f in frames[1:]), name
+    assert base.shape[2] == 4
+
+
+def test_skip_data_invariants():
+    data = viz.skip_data()
+    for (scale, alpha), d in data.items():
+        assert np.all((d["rel"] > 0) & (d["rel"] <= 1 + 1e-12))
+        if alpha > 0:  # skips keep the absolute residual (medians over seeds)
+            assert d["abs"].min() >= 0.9 * d["abs"][0], (scale, alpha)
+        else:
+            assert d["rel"][-1] < 1e-14
+    # smaller branches keep more relative residual, at every scale
+    for scale in viz._SKIP_SCALES:
+        finals = [data[(scale, a)]["rel"][-1] for a in (0.125, 0.5, 1.0)]
+        assert finals[0] > finals[1] > finals[2]
+
+
+@pytest.mark.parametrize("name", ["collapse-stack", "collapse-skip"])
+def test_explorer_render_time(name):
+    ex = get_explorer(name)
+    grid = list(ex.grid())
+    ex.render(**grid[0])
+    times = []
+    for values in grid:
+        t0 = time.perf_counter()
+        ex.render(**values)
+        times.append(time.perf_counter() - t0)
+    ms = 1e3 * np.asarray(times)
+    assert np.median(ms) <= 30 and np.percentile(ms, 95) <= 60, (np.median(ms),
+                                                                 np.percentile(ms, 95))
+
+
+def test_explorer_rejects_bad_values():
+    ex = get_explorer("collapse-stack")
+    with pytest.raises(ValueError, match="layer"):
+        ex.render(layer=5)
+    with pytest.raises(TypeError):
+        ex.render(depth=1)
+    assert math.isclose(viz._SCALES[1], 1.0)
