@@ -21,6 +21,7 @@ from lipattn.lipschitz import (
     attention_vjp,
     ball_lipschitz_bound,
     card_bound,
+    golub_kahan_norm,
     kim_l2_bound,
     l2_attention_jacobian,
     l2_attention_jvp,
@@ -33,7 +34,7 @@ from lipattn.lipschitz import (
     sink_tokens,
     two_sided_tokens,
 )
-from lipattn.spectral import power_iteration
+from lipattn.spectral import power_iteration, spectral_norm
 
 I2 = np.eye(2)
 SHAPES = [(1, 1, 1, 1), (3, 2, 2, 2), (5, 4, 3, 2), (7, 3, 5, 6)]
@@ -117,6 +118,23 @@ def test_lanczos_agrees_with_converged_power_iteration():
     run = power_iteration(attention_operator(X, Wq, Wk, Wv), 3000)
     assert run.sigma[-1] <= exact * (1 + 1e-12)
     assert abs(run.sigma[-1] - exact) <= 1e-8 * exact
+
+
+@pytest.mark.parametrize("shape", [(30, 4, 4, 2), (20, 3, 2, 5)])
+def test_golub_kahan_agrees_with_svds_and_never_overshoots(shape):
+    X, Wq, Wk, Wv = problem(*shape, seed=7)
+    op = attention_operator(X, Wq, Wk, Wv)
+    sigma, products = golub_kahan_norm(op, tol=1e-10)
+    assert products == op.products
+    ref = spectral_norm(op, tol=1e-12)
+    assert abs(sigma - ref) <= 1e-9 * ref and sigma <= ref * (1 + 1e-12)
+    # a one-dimensional input space: one step is exact
+    one = attention_operator(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 3)))
+    assert golub_kahan_norm(one)[0] == pytest.approx(math.sqrt(3), rel=1e-14)
+    with pytest.raises(ValueError, match="tol"):
+        golub_kahan_norm(op, tol=-1.0)
+    with pytest.raises(ValueError, match="max_steps"):
+        golub_kahan_norm(op, max_steps=0)
 
 
 def test_single_token_is_linear():
