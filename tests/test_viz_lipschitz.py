@@ -65,7 +65,7 @@ def test_figures_and_tables():
     assert isinstance(viz.fig_looseness(ratios), Figure)
     rows = viz.cost_table([(4, 2)])
     assert rows[0]["rel_diff"] < 1e-8 and rows[0]["products"] > 0
-    assert viz.cost_markdown(rows).count("\n") == 2
+    assert viz.cost_html(rows).count("<tr>") == 2
     with pytest.raises(ValueError, match="samples"):
         viz.looseness_sample(0)
 

@@ -47,7 +47,7 @@ __all__ = [
     "fig_looseness",
     "LipschitzExplorer",
     "cost_table",
-    "cost_markdown",
+    "cost_html",
 ]
 
 #: The input families of the chapter.
@@ -148,10 +148,12 @@ def fig_t_growth(curves: GrowthCurves) -> Figure:
               label=r"exact $\|Df(X_t)\|_2$ (dot-product)")
     ax.loglog(c.t, c.bound, "--", color="C2", label="this chapter's bound")
     ax.loglog(c.t, c.card, "-.", color="C3", label="card formula, C = 1")
-    ax.loglog(c.t, math.sqrt(2) / 3 * c.t**2, ":", color="k", lw=1,
+    big = c.t >= 1
+    ax.loglog(c.t[big], math.sqrt(2) / 3 * c.t[big] ** 2, ":", color="k", lw=1,
               label=r"$(\sqrt{2}/3)\,t^2$")
     ax.loglog(c.t, c.l2, "s-", ms=3, color="C1", label="exact, L2 self-attention")
     ax.axhline(c.kim, color="C1", ls=":", lw=1.2, label="Kim et al.'s L2 bound")
+    ax.set_ylim(0.3, None)
     ax.set_xlabel("input scale t  (tokens t·(0, e₁, −e₁))")
     ax.set_ylabel("local Lipschitz constant")
     ax.legend(loc="upper left", fontsize=8.5, ncol=2)
@@ -340,14 +342,16 @@ def cost_table(sizes, dense_max_side: int = 1200, seed: int = 0) -> list[dict]:
     return rows
 
 
-def cost_markdown(rows: list[dict]) -> str:
-    """The rows of :func:`cost_table` as a Markdown table."""
-    out = ["| N | d | dense Jacobian | dense + SVD | matrix-free | products | "
-           "relative difference |", "|---:|---:|---:|---:|---:|---:|---:|"]
+def cost_html(rows: list[dict]) -> str:
+    """The rows of :func:`cost_table` as an HTML table."""
+    head = ("N", "d", "dense Jacobian (memory)", "dense + SVD", "matrix-free", "products",
+            "relative difference")
+    out = ["<table class='table'><thead><tr>" + "".join(f"<th>{h}</th>" for h in head)
+           + "</tr></thead><tbody>"]
     for r in rows:
         dense = "—" if math.isnan(r["dense_s"]) else f"{r['dense_s']:.3g} s"
         rel = "—" if math.isnan(r["rel_diff"]) else f"{r['rel_diff']:.1e}"
         mem = f"{r['dense_gb'] * 1e3:.3g} MB" if r["dense_gb"] < 1 else f"{r['dense_gb']:.3g} GB"
-        out.append(f"| {r['N']} | {r['d']} | {mem} | {dense} | {r['lanczos_s'] * 1e3:.3g} ms | "
-                   f"{r['products']} | {rel} |")
-    return "\n".join(out)
+        cells = (r["N"], r["d"], mem, dense, f"{r['lanczos_s'] * 1e3:.3g} ms", r["products"], rel)
+        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return "".join(out) + "</tbody></table>"
