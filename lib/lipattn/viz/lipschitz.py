@@ -279,10 +279,10 @@ class LipschitzExplorer(Explorer):
         ax.xaxis.set_major_locator(FixedLocator([0.25, 0.5, 1, 2, 4, 8]))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticklabels(["¼", "½", "1", "2", "4", "8"])
-        ax.set_ylim(0.3, 3e3)
+        ax.set_ylim(0.4, 2000)
         ax.set_xlabel("input scale t")
         ax.set_ylabel("local Lipschitz constant")
-        ax.legend(loc="upper left", fontsize=7.5, ncol=2)
+        ax.legend(loc="upper left", fontsize=8, ncol=2)
         self._title = fig.suptitle(" ", fontsize=9.5)
         self._img = ax_p.imshow(np.zeros((4, 4)), vmin=0, vmax=1, cmap="viridis",
                                 extent=(0, 1, 1, 0), interpolation="nearest", aspect="auto")
