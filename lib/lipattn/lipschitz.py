@@ -30,8 +30,9 @@ What is exact and what is estimated
   jvp code.
 - :func:`local_lipschitz` is the exact local constant
   :math:`\|Df(X)\|_2` (Frobenius norm on inputs and outputs): a dense SVD, or
-  Lanczos bidiagonalisation (``scipy.sparse.linalg.svds``) on the matrix-free
-  operator, converged to a relative tolerance.
+  Golub–Kahan–Lanczos bidiagonalisation (:func:`golub_kahan_norm`) on the
+  matrix-free operator, converged to a relative residual tolerance. (The tests
+  compare it with ``scipy.sparse.linalg.svds`` and with power iteration.)
 - :func:`local_lipschitz_bound` is the chapter's proved upper bound;
   :func:`card_bound` is the widely shared formula that the chapter audits
   (it is *not* a bound).
@@ -392,7 +393,7 @@ def local_lipschitz(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto
     W_V : array_like, shape (d, d_v)
     method : {"auto", "dense", "lanczos"}
         ``"dense"``: SVD of :func:`attention_jacobian`, :math:`O((Nd)^3)` time
-        and :math:`O((Nd)^2)` memory. ``"lanczos"``: ``scipy.sparse.linalg.svds``
+        and :math:`O((Nd)^2)` memory. ``"lanczos"``: :func:`golub_kahan_norm`
         on :func:`attention_operator`, a few dozen products of
         :math:`O(N^2 d + N d^2)` each. ``"auto"``: dense when
         ``N * max(d, d_v) <= 400``.

@@ -283,9 +283,9 @@ class LipschitzExplorer(Explorer):
         ax.set_xlabel("input scale t")
         ax.set_ylabel("local Lipschitz constant")
         ax.legend(loc="upper left", fontsize=8, ncol=2)
-        self._title = fig.suptitle(" ", fontsize=9.5)
+        self._title = fig.suptitle(" ", fontsize=9)
         self._img = ax_p.imshow(np.zeros((4, 4)), vmin=0, vmax=1, cmap="viridis",
-                                extent=(0, 1, 1, 0), interpolation="nearest", aspect="auto")
+                                extent=(0, 1, 1, 0), interpolation="none", aspect="auto")
         ax_p.set_xticks([0, 1])
         ax_p.set_xticklabels(["key 1", "key N"])
         ax_p.set_yticks([0, 1])
