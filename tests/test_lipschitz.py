@@ -217,6 +217,25 @@ def test_ball_bound_holds_inside_the_ball(N, d, R, seed):
         1 + 1e-12)
 
 
+def test_bound_terms_by_hand():
+    """The three terms of the bound, recomputed from their definitions."""
+    X, Wq, Wk, Wv = problem(5, 3, 2, 4, seed=12)
+    terms = lipschitz.local_lipschitz_bound_terms(X, Wq, Wk, Wv)
+    A = Wq @ Wk.T / math.sqrt(2)
+    P = attention.attention_matrix(X, Wq, Wk)
+    nv = np.linalg.norm(Wv, 2)
+    v, keys = [], 0.0
+    for i in range(5):
+        m = P[i] @ X
+        v.append(sum(P[i, j] * np.sum((X[j] - m) ** 2) for j in range(5)))
+        Ji = np.diag(P[i]) - np.outer(P[i], P[i])
+        keys += np.sum((A.T @ X[i]) ** 2) * np.linalg.eigvalsh(Ji)[-1] * v[-1]
+    assert terms.values == pytest.approx(nv * math.sqrt(P.sum(axis=0).max()), rel=1e-12)
+    assert terms.queries == pytest.approx(nv * np.linalg.norm(A, 2) * max(v), rel=1e-10)
+    assert terms.keys == pytest.approx(nv * math.sqrt(keys), rel=1e-10)
+    assert terms.total == pytest.approx(terms.values + terms.queries + terms.keys)
+
+
 def test_bound_is_quadratic_and_asymptotically_tight_on_the_two_sided_family():
     for t in (16.0, 64.0):
         X = two_sided_tokens(t)
