@@ -23,6 +23,7 @@ PAGES = {  # page -> least number of explorers on it
     "chapters/01_softmax_jacobian.html": 2,
     "chapters/02_scaling_saturation.html": 2,
     "chapters/03_rank_collapse.html": 2,
+    "chapters/06_attention_lipschitz.html": 1,
     "chapters/references.html": 0,
 }
 

@@ -16,7 +16,7 @@ NOTEBOOKS = [p for p in CHAPTERS if "```{code-cell}" in p.read_text()]
 
 def test_the_chapters_are_found():
     assert {"intro", "01_softmax_jacobian", "02_scaling_saturation",
-            "03_rank_collapse"} <= {p.stem for p in NOTEBOOKS}
+            "03_rank_collapse", "06_attention_lipschitz"} <= {p.stem for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

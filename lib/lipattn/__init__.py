@@ -8,6 +8,7 @@ One module per concept:
 - :mod:`lipattn.attention` -- single-head self-attention, tokens as rows;
 - :mod:`lipattn.spectral` -- power iteration and exact spectral norms;
 - :mod:`lipattn.collapse` -- rank collapse: residuals, the cubic bound, deep stacks;
+- :mod:`lipattn.lipschitz` -- the attention Jacobian, exact local Lipschitz constants, bounds;
 - :mod:`lipattn.widgets` -- explorers: one definition, a live widget in a kernel
   and a precomputed frame player on the static site;
 - :mod:`lipattn.plotting` -- the book's plot style;

@@ -1,0 +1,794 @@
+r"""The Jacobian of self-attention, its exact local Lipschitz constant, and bounds.
+
+Dot-product self-attention (as in :mod:`lipattn.attention`), tokens as rows:
+
+.. math::
+
+    A = \frac{W_Q W_K^\top}{\sqrt{d_k}}, \quad S = X A X^\top, \quad
+    P = \operatorname{softmax}_{\text{rows}}(S), \quad f(X) = P X W_V .
+
+Its differential at ``X`` in the direction ``E`` (both ``(N, d)``) is
+
+.. math::
+
+    Df(X)[E] = P E W_V + \dot P X W_V, \qquad
+    \dot P_{i,:} = (J_i\, \dot S_{i,:}^\top)^\top, \quad
+    \dot S = E A X^\top + X A E^\top ,
+
+with :math:`J_i = \operatorname{diag}(p_i) - p_i p_i^\top` the softmax
+Jacobian of row i. Because :math:`J_i \mathbf 1 = 0`,
+:math:`J_i X = J_i (X - \mathbf 1 c^\top)` for every :math:`c`: only the
+*centred* tokens enter the second term.
+
+What is exact and what is estimated
+-----------------------------------
+- :func:`attention_jvp` and :func:`attention_vjp` are the closed forms, exact up
+  to rounding, in :math:`O(N^2 d + N d^2)` operations each; they never form the
+  Jacobian.
+- :func:`attention_jacobian` forms the dense ``(N d_v, N d)`` Jacobian from an
+  entrywise formula (row-major ``vec`` on both sides), independently of the
+  jvp code.
+- :func:`local_lipschitz` is the exact local constant
+  :math:`\|Df(X)\|_2` (Frobenius norm on inputs and outputs): a dense SVD, or
+  Golub–Kahan–Lanczos bidiagonalisation (:func:`golub_kahan_norm`) on the
+  matrix-free operator, converged to a relative residual tolerance. (The tests
+  compare it with ``scipy.sparse.linalg.svds`` and with power iteration.)
+- :func:`local_lipschitz_bound` is the chapter's proved upper bound;
+  :func:`card_bound` is the widely shared formula that the chapter audits
+  (it is *not* a bound).
+- L2 self-attention (Kim, Papamakarios & Mnih 2021) has the same tools:
+  :func:`l2_self_attention`, :func:`l2_attention_jvp`, :func:`l2_attention_vjp`,
+  :func:`l2_local_lipschitz`.
+
+``vec`` is row-major throughout: ``E.reshape(-1)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator
+from scipy.special import lambertw
+
+from ._validate import as_int_at_least, as_positive_float, as_real_array
+from .attention import _finite_logits, check_attention_args
+from .softmax import softmax, softmax_jacobian_norm
+
+__all__ = [
+    "attention_jacobian",
+    "attention_jvp",
+    "attention_vjp",
+    "attention_operator",
+    "golub_kahan_norm",
+    "LipschitzEstimate",
+    "local_lipschitz",
+    "local_lipschitz_info",
+    "BoundTerms",
+    "local_lipschitz_bound",
+    "local_lipschitz_bound_terms",
+    "ball_lipschitz_bound",
+    "card_bound",
+    "l2_attention_matrix",
+    "l2_self_attention",
+    "l2_attention_jvp",
+    "l2_attention_vjp",
+    "l2_attention_jacobian",
+    "l2_attention_operator",
+    "l2_local_lipschitz",
+    "kim_l2_bound",
+    "two_sided_tokens",
+    "sink_tokens",
+]
+
+#: ``method="auto"`` uses the dense SVD when ``N * max(d, d_v)`` is at most this.
+DENSE_MAX_SIDE = 400
+
+
+# --------------------------------------------------------------------------
+# validation and the shared pieces
+# --------------------------------------------------------------------------
+def _check_2d(X: Any, W_Q: Any, W_K: Any, W_V: Any):
+    X, W_Q, W_K, W_V = check_attention_args(X, W_Q, W_K, W_V)
+    if X.ndim != 2:
+        raise ValueError("X must have shape (N, d) with N >= 1 (one sequence); "
+                         f"got shape {X.shape}")
+    return X, W_Q, W_K, W_V
+
+
+def _check_direction(E: Any, name: str, shape: tuple[int, int]) -> np.ndarray:
+    E = as_real_array(E, name, ndim=2)
+    if E.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}; got shape {E.shape}")
+    return E
+
+
+@dataclass(frozen=True)
+class _State:
+    """Everything the jvp and vjp reuse at one input X."""
+
+    X: np.ndarray       # (N, d)
+    P: np.ndarray       # (N, N)
+    XA: np.ndarray      # (N, d), rows x_i^T A
+    XAt: np.ndarray     # (N, d), rows x_i^T A^T
+    V: np.ndarray       # (N, d_v) = X W_V
+    W_V: np.ndarray     # (d, d_v)
+
+
+def _state(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray) -> _State:
+    S = _finite_logits(X, W_Q, W_K)
+    A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
+    return _State(X, softmax(S, axis=-1), X @ A, X @ A.T, X @ W_V, W_V)
+
+
+def _softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
+    """Row-wise J_i dS_i: P * (dS - sum_j P dS). Also the vjp (J_i is symmetric)."""
+    return P * (dS - np.sum(P * dS, axis=-1, keepdims=True))
+
+
+def _jvp(st: _State, E: np.ndarray) -> np.ndarray:
+    dS = E @ st.XAt.T + st.XA @ E.T
+    return _softmax_jvp(st.P, dS) @ st.V + st.P @ (E @ st.W_V)
+
+
+def _vjp(st: _State, G: np.ndarray) -> np.ndarray:
+    Gs = _softmax_jvp(st.P, G @ st.V.T)
+    return st.P.T @ (G @ st.W_V.T) + Gs @ st.XAt + Gs.T @ st.XA
+
+
+# --------------------------------------------------------------------------
+# dot-product attention: Jacobian, jvp, vjp
+# --------------------------------------------------------------------------
+def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+    r"""The Jacobian-vector product :math:`Df(X)[E]`, in closed form.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, d)
+    E : array_like, shape (N, d)
+        The input perturbation.
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    ndarray, shape (N, d_v)
+        :math:`P E W_V + \dot P X W_V` with :math:`\dot P` as in the module
+        docstring; :math:`O(N^2 d + N d^2)` operations.
+    """
+    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    E = _check_direction(E, "E", X.shape)
+    return _jvp(_state(X, W_Q, W_K, W_V), E)
+
+
+def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+    r"""The vector-Jacobian product :math:`Df(X)^\top[G]`, in closed form.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, d)
+    G : array_like, shape (N, d_v)
+        An output cotangent.
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    ndarray, shape (N, d)
+        :math:`P^\top G W_V^\top + \bar S X A^\top + \bar S^\top X A` with
+        :math:`\bar S_{i,:} = J_i (G W_V^\top X^\top)_{i,:}`, so that
+        :math:`\langle Df(X)[E], G\rangle = \langle E, Df(X)^\top[G]\rangle`.
+    """
+    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    G = _check_direction(G, "G", (X.shape[0], W_V.shape[1]))
+    return _vjp(_state(X, W_Q, W_K, W_V), G)
+
+
+def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+    r"""The dense Jacobian of :math:`\operatorname{vec} f` w.r.t. :math:`\operatorname{vec} X`.
+
+    Built entry by entry (not from the jvp): with :math:`V = XW_V`,
+    :math:`m_i = \sum_j P_{ij} v_j` and :math:`T_{ij} = P_{ij}(v_j - m_i)`
+    (the rows of :math:`J_i X W_V`), the block of output token i and input
+    token j is
+
+    .. math::
+
+        \frac{\partial f_i}{\partial x_j} = P_{ij} W_V^\top
+        + T_{ij}\,(A^\top x_i)^\top + \delta_{ij} \sum_k T_{ik}\,(A x_k)^\top .
+
+    Parameters
+    ----------
+    X : array_like, shape (N, d)
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    ndarray, shape (N * d_v, N * d)
+        Row-major ``vec`` on both sides: entry ``(i * d_v + a, j * d + b)`` is
+        :math:`\partial f_{ia} / \partial x_{jb}`. Memory :math:`O((Nd)^2)`.
+    """
+    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    st = _state(X, W_Q, W_K, W_V)
+    N, d = X.shape
+    dv = W_V.shape[1]
+    m = st.P @ st.V
+    T = st.P[:, :, None] * (st.V[None, :, :] - m[:, None, :])     # (N, N, dv)
+    J = np.einsum("ija,ib->iajb", T, st.XA)
+    J += np.einsum("ij,ba->iajb", st.P, W_V)
+    diag = np.einsum("ika,kb->iab", T, st.XAt)                  # (N, dv, d)
+    J[np.arange(N), :, np.arange(N), :] += diag
+    return J.reshape(N * dv, N * d)
+
+
+class _CountingOperator(LinearOperator):
+    """A LinearOperator from a jvp and a vjp that counts its products."""
+
+    def __init__(self, shape: tuple[int, int], in_shape, out_shape, jvp, vjp) -> None:
+        super().__init__(dtype=np.float64, shape=shape)
+        self._in, self._out, self._jvp, self._vjp = in_shape, out_shape, jvp, vjp
+        self.products = 0
+
+    def _matvec(self, v):
+        self.products += 1
+        return self._jvp(np.asarray(v, dtype=float).reshape(self._in)).reshape(-1)
+
+    def _rmatvec(self, u):
+        self.products += 1
+        return self._vjp(np.asarray(u, dtype=float).reshape(self._out)).reshape(-1)
+
+
+def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> LinearOperator:
+    r"""The Jacobian :math:`Df(X)` as a matrix-free ``LinearOperator``.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, d)
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    LinearOperator, shape (N * d_v, N * d)
+        ``matvec`` is :func:`attention_jvp` and ``rmatvec`` is
+        :func:`attention_vjp` on row-major ``vec``'s; the softmax and the
+        products :math:`XA`, :math:`XA^\top`, :math:`XW_V` are computed once.
+        Its attribute ``products`` counts the jvp's and vjp's applied.
+    """
+    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    st = _state(X, W_Q, W_K, W_V)
+    N, d = X.shape
+    dv = W_V.shape[1]
+    return _CountingOperator((N * dv, N * d), (N, d), (N, dv),
+                             lambda E: _jvp(st, E), lambda G: _vjp(st, G))
+
+
+# --------------------------------------------------------------------------
+# exact local constants
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LipschitzEstimate:
+    """An exact local Lipschitz constant and how it was computed.
+
+    Attributes
+    ----------
+    value : float
+        :math:`\\|Df(X)\\|_2`.
+    method : str
+        ``"dense"`` or ``"lanczos"``.
+    products : int
+        Jacobian-vector plus vector-Jacobian products used (0 for dense).
+    """
+
+    value: float
+    method: str
+    products: int
+
+
+def _check_method(method: Any) -> str:
+    if method not in ("auto", "dense", "lanczos"):
+        raise ValueError(f"method must be 'auto', 'dense' or 'lanczos'; got {method!r}")
+    return method
+
+
+def golub_kahan_norm(op: LinearOperator, tol: float = 1e-10, seed: int = 0,
+                     max_steps: int | None = None) -> tuple[float, int]:
+    r"""Largest singular value of a LinearOperator by Golub–Kahan–Lanczos bidiagonalisation.
+
+    Builds orthonormal bases with :math:`A V_k = U_k B_k` and
+    :math:`A^\top U_k = V_k B_k^\top + \beta_{k+1} v_{k+1} e_k^\top`
+    (full reorthogonalisation), and stops when the top Ritz triplet
+    :math:`(\sigma, u, v)` of the bidiagonal :math:`B_k` has residual
+    :math:`\|A^\top u - \sigma v\| = \beta_{k+1}|x_k| \le \text{tol}\cdot\sigma`
+    (then a singular value of A lies within tol·σ of σ). The Ritz value never
+    exceeds :math:`\sigma_1(A)`.
+
+    Parameters
+    ----------
+    op : LinearOperator, shape (m, n)
+    tol : float
+        Relative residual tolerance, > 0.
+    seed : int
+        Seed of the random starting vector.
+    max_steps : int, optional
+        At most this many steps (default ``min(m, n)``).
+
+    Returns
+    -------
+    sigma : float
+    products : int
+        Products with A and A^T (two per step).
+    """
+    tol = as_positive_float(tol, "tol")
+    m, n = op.shape
+    steps = min(m, n) if max_steps is None else min(as_int_at_least(max_steps, "max_steps", 1),
+                                                    min(m, n))
+    v = np.random.default_rng(seed).standard_normal(n)
+    V, U = [v / np.linalg.norm(v)], []
+    alphas, betas = [], []
+    products, sigma = 0, 0.0
+    for k in range(steps):
+        u = np.asarray(op.matvec(V[-1]), dtype=float).reshape(m)
+        products += 1
+        if U:
+            u -= betas[-1] * U[-1]
+            Um = np.array(U)
+            u -= Um.T @ (Um @ u)
+        alpha = float(np.linalg.norm(u))
+        if not np.isfinite(alpha):
+            raise ValueError("op became non-finite; expected a finite operator")
+        if alpha == 0.0:
+            break
+        U.append(u / alpha)
+        alphas.append(alpha)
+        w = np.asarray(op.rmatvec(U[-1]), dtype=float).reshape(n) - alpha * V[-1]
+        products += 1
+        Vm = np.array(V)
+        w -= Vm.T @ (Vm @ w)
+        beta = float(np.linalg.norm(w))
+        B = np.diag(alphas) + np.diag(betas, 1)
+        X_, s_, _ = np.linalg.svd(B)
+        sigma = float(s_[0])
+        if beta * abs(X_[-1, 0]) <= tol * sigma or beta == 0.0 or k == steps - 1:
+            break
+        betas.append(beta)
+        V.append(w / beta)
+    return sigma, products
+
+
+def _exact_norm(dense_fn, op_fn, side: int, method: str, tol: float) -> LipschitzEstimate:
+    if method == "auto":
+        method = "dense" if side <= DENSE_MAX_SIDE else "lanczos"
+    if method == "dense":
+        return LipschitzEstimate(float(np.linalg.norm(dense_fn(), 2)), "dense", 0)
+    value, products = golub_kahan_norm(op_fn(), tol=tol)
+    return LipschitzEstimate(value, "lanczos", products)
+
+
+def local_lipschitz_info(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto",
+                         tol: float = 1e-10) -> LipschitzEstimate:
+    """:func:`local_lipschitz` with the method used and the number of products."""
+    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    method = _check_method(method)
+    tol = as_positive_float(tol, "tol")
+    side = X.shape[0] * max(X.shape[1], W_V.shape[1])
+    return _exact_norm(lambda: attention_jacobian(X, W_Q, W_K, W_V),
+                       lambda: attention_operator(X, W_Q, W_K, W_V), side, method, tol)
+
+
+def local_lipschitz(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto",
+                    tol: float = 1e-10) -> float:
+    r"""The exact local Lipschitz constant :math:`\|Df(X)\|_2` of self-attention at X.
+
+    Frobenius (ℓ2 of ``vec``) norms on inputs and outputs; by the mean-value
+    theorem this is the Lipschitz constant on small enough balls around X.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, d)
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+    method : {"auto", "dense", "lanczos"}
+        ``"dense"``: SVD of :func:`attention_jacobian`, :math:`O((Nd)^3)` time
+        and :math:`O((Nd)^2)` memory. ``"lanczos"``: :func:`golub_kahan_norm`
+        on :func:`attention_operator`, a few dozen products of
+        :math:`O(N^2 d + N d^2)` each. ``"auto"``: dense when
+        ``N * max(d, d_v) <= 400``.
+    tol : float
+        Relative tolerance of the Lanczos path.
+
+    Returns
+    -------
+    float
+    """
+    return local_lipschitz_info(X, W_Q, W_K, W_V, method=method, tol=tol).value
+
+
+# --------------------------------------------------------------------------
+# the chapter's bound, and the audited formula
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BoundTerms:
+    """The three terms of :func:`local_lipschitz_bound` (each includes ``||W_V||_2``).
+
+    Attributes
+    ----------
+    values : float
+        :math:`\\|W_V\\|_2 \\sqrt{\\|P\\|_1 \\|P\\|_\\infty}` (bounds the
+        :math:`P E W_V` term).
+    queries : float
+        :math:`\\|W_V\\|_2 \\|A\\|_2 \\max_i v_i` (moving the queries).
+    keys : float
+        :math:`\\|W_V\\|_2 (\\sum_i \\|A^\\top x_i\\|^2 \\|J_i\\|_2 v_i)^{1/2}` (moving the keys).
+    total : float
+        Their sum.
+    """
+
+    values: float
+    queries: float
+    keys: float
+    total: float
+
+
+def local_lipschitz_bound_terms(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> BoundTerms:
+    r"""The terms of the chapter's local bound (see :func:`local_lipschitz_bound`)."""
+    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    S = _finite_logits(X, W_Q, W_K)
+    P = softmax(S, axis=-1)
+    A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
+    nv = float(np.linalg.norm(W_V, 2))
+    na = float(np.linalg.norm(A, 2))
+    v = _weighted_variance(P, X)
+    jn = softmax_jacobian_norm(S)
+    p_norm = math.sqrt(float(np.max(P.sum(axis=0))) * float(np.max(P.sum(axis=1))))
+    keys = math.sqrt(float(np.sum(np.sum((X @ A) ** 2, axis=1) * jn * v)))
+    terms = (nv * p_norm, nv * na * float(np.max(v)), nv * keys)
+    return BoundTerms(*terms, total=float(sum(terms)))
+
+
+def _weighted_variance(P: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """v_i = sum_j P_ij ||x_j - m_i||^2 with m_i = sum_j P_ij x_j, in O(N^2 + N^2 d).
+
+    Computed as sum_j P_ij ||y_j||^2 - ||sum_j P_ij y_j||^2 with the tokens
+    centred at their mean (y = X - mean), which keeps the cancellation small;
+    clipped at 0.
+    """
+    Y = X - X.mean(axis=0)
+    v = P @ np.sum(Y * Y, axis=1) - np.sum((P @ Y) ** 2, axis=1)
+    return np.maximum(v, 0.0)
+
+
+def local_lipschitz_bound(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> float:
+    r"""The chapter's proved upper bound on :math:`\|Df(X)\|_2`.
+
+    .. math::
+
+        \|Df(X)\|_2 \le \|W_V\|_2 \Bigl( \sqrt{\|P\|_1\|P\|_\infty}
+        + \|A\|_2 \max_i v_i
+        + \Bigl(\sum_i \|A^\top x_i\|^2\, \|J_i\|_2\, v_i\Bigr)^{1/2} \Bigr),
+
+    with :math:`v_i = \sum_j P_{ij}\|x_j - m_i\|^2`, :math:`m_i = \sum_j P_{ij} x_j`
+    (the spread of the tokens as query i sees them), and
+    :math:`\sqrt{\|P\|_1\|P\|_\infty} = \sqrt{\max_j \sum_i P_{ij}} \in [\|P\|_2, \sqrt N]`.
+    Quadratic in the scale of X; cost :math:`O(N^2 d + d^3)`.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, d)
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    float
+    """
+    return local_lipschitz_bound_terms(X, W_Q, W_K, W_V).total
+
+
+def ball_lipschitz_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any) -> float:
+    r"""A bound on :math:`\|Df(X)\|_2` over all X with N tokens of norm at most R.
+
+    .. math::
+
+        \|W_V\|_2 \Bigl(\min\bigl(\sqrt N, e^{a R^2}\bigr) + a R^2
+        \bigl(1 + \sqrt{N/2}\bigr)\Bigr), \qquad a = \|W_Q W_K^\top\|_2/\sqrt{d_k}.
+
+    Parameters
+    ----------
+    R : float
+        Radius of every token, > 0.
+    N : int
+        Number of tokens, >= 1.
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    float
+        Finite for finite inputs (``min`` is taken in log space).
+    """
+    R = as_positive_float(R, "R")
+    N = as_int_at_least(N, "N", 1)
+    W_Q = as_real_array(W_Q, "W_Q", ndim=2)
+    _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
+    a = float(np.linalg.norm(W_Q @ W_K.T, 2)) / math.sqrt(W_Q.shape[1])
+    p_term = math.sqrt(N) if a * R * R >= 0.5 * math.log(N) else math.exp(a * R * R)
+    return float(np.linalg.norm(W_V, 2)) * (p_term + a * R * R * (1 + math.sqrt(N / 2)))
+
+
+def card_bound(X: Any, W_Q: Any, W_K: Any, W_V: Any, C: float = 1.0) -> float:
+    r"""The widely shared formula, audited by the chapter.
+
+    .. math:: C\|W_V\|_2\bigl(1 + \tfrac{2}{\sqrt{d_k}}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)
+
+    Not a bound: the chapter exhibits inputs where the exact constant exceeds it
+    for every C. ``||X||_2`` is the spectral norm of the ``(N, d)`` matrix.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, d)
+    W_Q, W_K : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+    C : float
+        Positive constant.
+
+    Returns
+    -------
+    float
+    """
+    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    C = as_positive_float(C, "C")
+    nq, nk, nv = (float(np.linalg.norm(W, 2)) for W in (W_Q, W_K, W_V))
+    return C * nv * (1 + 2 / math.sqrt(W_Q.shape[1]) * nq * nk * float(np.linalg.norm(X, 2)))
+
+
+# --------------------------------------------------------------------------
+# L2 self-attention (Kim, Papamakarios & Mnih 2021), tied W_K = W_Q
+# --------------------------------------------------------------------------
+def _check_l2(X: Any, W_Q: Any, W_V: Any):
+    X, W_Q, _, W_V = check_attention_args(X, W_Q, W_Q, W_V)
+    return X, W_Q, W_V
+
+
+def _l2_logits(X: np.ndarray, W_Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    Q = X @ W_Q
+    n = np.sum(Q * Q, axis=-1)
+    S = -(n[..., :, None] + n[..., None, :] - 2 * Q @ np.swapaxes(Q, -1, -2))
+    S = np.minimum(S, 0.0) / math.sqrt(W_Q.shape[1])   # ||q_i - q_j||^2 >= 0
+    if not np.all(np.isfinite(S)):
+        raise ValueError("X and W_Q give L2 logits that overflow float64; "
+                         "expected logits of finite size")
+    return S, Q
+
+
+def l2_attention_matrix(X: Any, W_Q: Any) -> np.ndarray:
+    r"""L2 attention weights :math:`P_{ij} \propto \exp(-\|x_i W_Q - x_j W_Q\|^2/\sqrt{d_k})`.
+
+    Parameters
+    ----------
+    X : array_like, shape (..., N, d)
+    W_Q : array_like, shape (d, d_k)
+
+    Returns
+    -------
+    ndarray, shape (..., N, N)
+        Row-stochastic; the diagonal logit is 0, the largest of its row.
+    """
+    X, W_Q, _ = _check_l2(X, W_Q, W_Q)
+    return softmax(_l2_logits(X, W_Q)[0], axis=-1)
+
+
+def l2_self_attention(X: Any, W_Q: Any, W_V: Any) -> np.ndarray:
+    r"""L2 self-attention with tied keys: :math:`f(X) = P X (W_Q W_Q^\top/\sqrt{d_k}) W_V`.
+
+    Parameters
+    ----------
+    X : array_like, shape (..., N, d)
+    W_Q : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    ndarray, shape (..., N, d_v)
+    """
+    X, W_Q, W_V = _check_l2(X, W_Q, W_V)
+    P = softmax(_l2_logits(X, W_Q)[0], axis=-1)
+    return P @ (X @ (W_Q @ (W_Q.T @ W_V))) / math.sqrt(W_Q.shape[1])
+
+
+@dataclass(frozen=True)
+class _L2State:
+    P: np.ndarray   # (N, N)
+    Q: np.ndarray   # (N, d_k)
+    W_Q: np.ndarray
+    M: np.ndarray   # (d, d_v) = W_Q W_Q^T W_V / sqrt(d_k)
+    XM: np.ndarray  # (N, d_v)
+    c: float        # 1 / sqrt(d_k)
+
+
+def _l2_state(X, W_Q, W_V) -> _L2State:
+    S, Q = _l2_logits(X, W_Q)
+    c = 1 / math.sqrt(W_Q.shape[1])
+    M = W_Q @ (W_Q.T @ W_V) * c
+    return _L2State(softmax(S, axis=-1), Q, W_Q, M, X @ M, c)
+
+
+def _l2_jvp(st: _L2State, E: np.ndarray) -> np.ndarray:
+    dQ = E @ st.W_Q
+    dn = 2 * np.sum(st.Q * dQ, axis=-1)
+    dS = -st.c * (dn[:, None] + dn[None, :] - 2 * (dQ @ st.Q.T + st.Q @ dQ.T))
+    return _softmax_jvp(st.P, dS) @ st.XM + st.P @ (E @ st.M)
+
+
+def _l2_vjp(st: _L2State, G: np.ndarray) -> np.ndarray:
+    Gs = _softmax_jvp(st.P, G @ st.XM.T)
+    r = Gs.sum(axis=1) + Gs.sum(axis=0)
+    gQ = st.c * (2 * (Gs + Gs.T) @ st.Q - 2 * r[:, None] * st.Q)
+    return gQ @ st.W_Q.T + st.P.T @ (G @ st.M.T)
+
+
+def l2_attention_jvp(X: Any, E: Any, W_Q: Any, W_V: Any) -> np.ndarray:
+    """Jacobian-vector product of :func:`l2_self_attention`; shapes (N, d) -> (N, d_v)."""
+    X, W_Q, W_V = _check_l2(X, W_Q, W_V)
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (N, d); got shape {X.shape}")
+    E = _check_direction(E, "E", X.shape)
+    return _l2_jvp(_l2_state(X, W_Q, W_V), E)
+
+
+def l2_attention_vjp(X: Any, G: Any, W_Q: Any, W_V: Any) -> np.ndarray:
+    """Vector-Jacobian product of :func:`l2_self_attention`; shapes (N, d_v) -> (N, d)."""
+    X, W_Q, W_V = _check_l2(X, W_Q, W_V)
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (N, d); got shape {X.shape}")
+    G = _check_direction(G, "G", (X.shape[0], W_V.shape[1]))
+    return _l2_vjp(_l2_state(X, W_Q, W_V), G)
+
+
+def l2_attention_operator(X: Any, W_Q: Any, W_V: Any) -> LinearOperator:
+    """The Jacobian of :func:`l2_self_attention` as a counting LinearOperator.
+
+    Shape (N d_v, N d); ``matvec`` is the jvp, ``rmatvec`` the vjp.
+    """
+    X, W_Q, W_V = _check_l2(X, W_Q, W_V)
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (N, d); got shape {X.shape}")
+    st = _l2_state(X, W_Q, W_V)
+    N, d = X.shape
+    dv = W_V.shape[1]
+    return _CountingOperator((N * dv, N * d), (N, d), (N, dv),
+                             lambda E: _l2_jvp(st, E), lambda G: _l2_vjp(st, G))
+
+
+def l2_attention_jacobian(X: Any, W_Q: Any, W_V: Any) -> np.ndarray:
+    """Dense Jacobian of :func:`l2_self_attention`, shape (N d_v, N d), from the jvp."""
+    op = l2_attention_operator(X, W_Q, W_V)
+    return op.matmat(np.eye(op.shape[1]))
+
+
+def l2_local_lipschitz(X: Any, W_Q: Any, W_V: Any, *, method: str = "auto",
+                       tol: float = 1e-10) -> float:
+    r"""Exact local Lipschitz constant of L2 self-attention at X (Frobenius norms).
+
+    Parameters
+    ----------
+    X : array_like, shape (N, d)
+    W_Q : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+    method : {"auto", "dense", "lanczos"}
+        As in :func:`local_lipschitz`.
+    tol : float
+        Relative tolerance of the Lanczos path.
+
+    Returns
+    -------
+    float
+    """
+    X, W_Q, W_V = _check_l2(X, W_Q, W_V)
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (N, d); got shape {X.shape}")
+    method = _check_method(method)
+    tol = as_positive_float(tol, "tol")
+    side = X.shape[0] * max(X.shape[1], W_V.shape[1])
+    return _exact_norm(lambda: l2_attention_jacobian(X, W_Q, W_V),
+                       lambda: l2_attention_operator(X, W_Q, W_V), side, method, tol).value
+
+
+def kim_l2_bound(N: int, W_Q: Any, W_V: Any) -> float:
+    r"""The single-head ℓ2 bound for L2 self-attention in the form of Kim et al. (2021).
+
+    .. math::
+
+        \frac{\sqrt N}{\sqrt{d_k}}\,\bigl(4 W_0(N/e) + 1\bigr)\,
+        \|W_Q\|_2^2\, \|W_V\|_2 ,
+
+    with :math:`W_0` the principal Lambert function (:math:`W_0(N/e) = \phi^{-1}(N-1)`
+    for :math:`\phi(x) = x e^{x+1}`), growing like :math:`\sqrt N \log N`. A
+    global bound: it does not depend on X.
+
+    Parameters
+    ----------
+    N : int
+        Number of tokens, >= 1.
+    W_Q : array_like, shape (d, d_k)
+    W_V : array_like, shape (d, d_v)
+
+    Returns
+    -------
+    float
+    """
+    N = as_int_at_least(N, "N", 1)
+    W_Q = as_real_array(W_Q, "W_Q", ndim=2)
+    W_V = as_real_array(W_V, "W_V", ndim=2)
+    if W_V.shape[0] != W_Q.shape[0]:
+        raise ValueError(f"W_V must have shape (d, d_v) = ({W_Q.shape[0]}, d_v); "
+                         f"got shape {W_V.shape}")
+    w0 = float(lambertw(N / math.e).real)
+    nq = float(np.linalg.norm(W_Q, 2))
+    return math.sqrt(N / W_Q.shape[1]) * (4 * w0 + 1) * nq * nq * float(np.linalg.norm(W_V, 2))
+
+
+# --------------------------------------------------------------------------
+# the chapter's input families
+# --------------------------------------------------------------------------
+def two_sided_tokens(t: float, N: int = 3, d: int = 2) -> np.ndarray:
+    r"""Tokens :math:`t\,(0, u, -u, u, -u, \dots)` with :math:`u = e_1`: one token at
+    the origin, the others alternating on a line.
+
+    For ``N = 3, d = 2`` this is ``t * [[0, 0], [1, 0], [-1, 0]]``. The token at
+    the origin has uniform attention whatever t is; the others saturate.
+
+    Parameters
+    ----------
+    t : float
+        Scale, >= 0.
+    N : int
+        Number of tokens, >= 2.
+    d : int
+        Token dimension, >= 1.
+
+    Returns
+    -------
+    ndarray, shape (N, d)
+    """
+    t = as_positive_float(t, "t", allow_zero=True)
+    N = as_int_at_least(N, "N", 2)
+    d = as_int_at_least(d, "d", 1)
+    X = np.zeros((N, d))
+    X[1:, 0] = t * np.where(np.arange(1, N) % 2 == 1, 1.0, -1.0)
+    return X
+
+
+def sink_tokens(R: float, N: int, u: Any) -> np.ndarray:
+    r"""A "sink" input: :math:`x_1 = R u` and :math:`x_j = R u/2` for j >= 2.
+
+    With ``u`` a unit eigenvector of the symmetric part of A for a positive
+    eigenvalue :math:`\lambda`, every query prefers token 1 by a logit gap of
+    :math:`\lambda R^2/4` (the adversarial input of Castin, Ablin & Peyré 2024).
+
+    Parameters
+    ----------
+    R : float
+        Radius of the sink token, >= 0.
+    N : int
+        Number of tokens, >= 1.
+    u : array_like, shape (d,)
+        Direction, non-zero (it is normalised).
+
+    Returns
+    -------
+    ndarray, shape (N, d)
+    """
+    R = as_positive_float(R, "R", allow_zero=True)
+    N = as_int_at_least(N, "N", 1)
+    u = as_real_array(u, "u", ndim=1)
+    nrm = float(np.linalg.norm(u))
+    if nrm == 0.0:
+        raise ValueError("u must be a non-zero vector; got all zeros")
+    u = u / nrm
+    X = np.tile(0.5 * R * u, (N, 1))
+    X[0] = R * u
+    return X

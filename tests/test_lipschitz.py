@@ -1,0 +1,375 @@
+"""Tests of :mod:`lipattn.lipschitz`: the attention Jacobian against central finite
+differences, jvp/vjp adjointness, exact local constants (dense vs Lanczos vs power
+iteration), the t^2 and sqrt(N) growth, the proved bound (hypothesis, random and
+adversarial inputs), the audited formula, L2 attention, and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lipattn import attention, lipschitz
+from lipattn.attention import self_attention
+from lipattn.lipschitz import (
+    attention_jacobian,
+    attention_jvp,
+    attention_operator,
+    attention_vjp,
+    ball_lipschitz_bound,
+    card_bound,
+    golub_kahan_norm,
+    kim_l2_bound,
+    l2_attention_jacobian,
+    l2_attention_jvp,
+    l2_attention_vjp,
+    l2_local_lipschitz,
+    l2_self_attention,
+    local_lipschitz,
+    local_lipschitz_bound,
+    local_lipschitz_info,
+    sink_tokens,
+    two_sided_tokens,
+)
+from lipattn.spectral import power_iteration, spectral_norm
+
+I2 = np.eye(2)
+SHAPES = [(1, 1, 1, 1), (3, 2, 2, 2), (5, 4, 3, 2), (7, 3, 5, 6)]
+
+
+def problem(N, d, dk, dv, seed=0, scale=1.0):
+    rng = np.random.default_rng(seed)
+    return (scale * rng.standard_normal((N, d)), rng.standard_normal((d, dk)),
+            rng.standard_normal((d, dk)), rng.standard_normal((d, dv)))
+
+
+def central_differences(f, X, h=1e-6):
+    """Dense Jacobian of vec f at X by central differences, row-major vec."""
+    cols = []
+    for k in range(X.size):
+        e = np.zeros(X.size)
+        e[k] = h
+        e = e.reshape(X.shape)
+        cols.append((f(X + e) - f(X - e)).reshape(-1) / (2 * h))
+    return np.column_stack(cols)
+
+
+@pytest.mark.parametrize("N,d,dk,dv", SHAPES)
+def test_dense_jacobian_matches_central_differences(N, d, dk, dv):
+    X, Wq, Wk, Wv = problem(N, d, dk, dv, seed=N)
+    J = attention_jacobian(X, Wq, Wk, Wv)
+    assert J.shape == (N * dv, N * d)
+    fd = central_differences(lambda Z: self_attention(Z, Wq, Wk, Wv), X)
+    np.testing.assert_allclose(J, fd, atol=1e-7 * max(1.0, np.abs(J).max()))
+
+
+@pytest.mark.parametrize("N,d,dk,dv", SHAPES)
+def test_jvp_and_vjp_match_the_dense_jacobian_and_are_adjoint(N, d, dk, dv):
+    X, Wq, Wk, Wv = problem(N, d, dk, dv, seed=10 + N)
+    rng = np.random.default_rng(N)
+    E, G = rng.standard_normal((N, d)), rng.standard_normal((N, dv))
+    J = attention_jacobian(X, Wq, Wk, Wv)
+    jv = attention_jvp(X, E, Wq, Wk, Wv)
+    vj = attention_vjp(X, G, Wq, Wk, Wv)
+    assert jv.shape == (N, dv) and vj.shape == (N, d)
+    np.testing.assert_allclose(jv.reshape(-1), J @ E.reshape(-1), atol=1e-12 * np.abs(J).sum())
+    np.testing.assert_allclose(vj.reshape(-1), J.T @ G.reshape(-1), atol=1e-12 * np.abs(J).sum())
+    lhs, rhs = np.sum(jv * G), np.sum(E * vj)
+    assert abs(lhs - rhs) <= 1e-12 * (np.abs(jv).sum() * np.abs(G).max() + 1)
+
+
+def test_jvp_is_the_directional_derivative_at_saturated_inputs():
+    X, Wq, Wk, Wv = problem(6, 3, 3, 3, seed=3, scale=4.0)
+    E = np.random.default_rng(4).standard_normal(X.shape)
+    h = 1e-7
+    fd = (self_attention(X + h * E, Wq, Wk, Wv) - self_attention(X - h * E, Wq, Wk, Wv)) / (2 * h)
+    jv = attention_jvp(X, E, Wq, Wk, Wv)
+    np.testing.assert_allclose(jv, fd, atol=1e-5 * max(1.0, np.abs(jv).max()))
+
+
+def test_only_centred_tokens_enter_the_softmax_term():
+    """J_i 1 = 0: translating every token by c leaves J_i X W_V unchanged, so the
+    dense Jacobian's softmax blocks T_ij depend on X - 1 c^T only."""
+    X, Wq, Wk, Wv = problem(5, 3, 3, 2, seed=8)
+    P = attention.attention_matrix(X, Wq, Wk)
+    c = np.array([3.0, -2.0, 7.0])
+    for i in range(5):
+        Ji = np.diag(P[i]) - np.outer(P[i], P[i])
+        np.testing.assert_allclose(Ji @ X, Ji @ (X - c), atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dense_and_lanczos_agree(seed):
+    X, Wq, Wk, Wv = problem(12, 5, 4, 3, seed=seed, scale=1.5)
+    dense = local_lipschitz(X, Wq, Wk, Wv, method="dense")
+    lanczos = local_lipschitz_info(X, Wq, Wk, Wv, method="lanczos")
+    assert lanczos.method == "lanczos" and lanczos.products > 0
+    assert abs(dense - lanczos.value) <= 1e-8 * dense
+    auto = local_lipschitz(X, Wq, Wk, Wv)
+    assert abs(auto - dense) <= 1e-8 * dense
+
+
+def test_lanczos_agrees_with_converged_power_iteration():
+    X, Wq, Wk, Wv = problem(40, 6, 6, 6, seed=5)
+    exact = local_lipschitz(X, Wq, Wk, Wv, method="lanczos")
+    run = power_iteration(attention_operator(X, Wq, Wk, Wv), 3000)
+    assert run.sigma[-1] <= exact * (1 + 1e-12)
+    assert abs(run.sigma[-1] - exact) <= 1e-8 * exact
+
+
+@pytest.mark.parametrize("shape", [(30, 4, 4, 2), (20, 3, 2, 5)])
+def test_golub_kahan_agrees_with_svds_and_never_overshoots(shape):
+    X, Wq, Wk, Wv = problem(*shape, seed=7)
+    op = attention_operator(X, Wq, Wk, Wv)
+    sigma, products = golub_kahan_norm(op, tol=1e-10)
+    assert products == op.products
+    ref = spectral_norm(op, tol=1e-12)
+    assert abs(sigma - ref) <= 1e-9 * ref and sigma <= ref * (1 + 1e-12)
+    # a one-dimensional input space: one step is exact
+    one = attention_operator(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 3)))
+    assert golub_kahan_norm(one)[0] == pytest.approx(math.sqrt(3), rel=1e-14)
+    with pytest.raises(ValueError, match="tol"):
+        golub_kahan_norm(op, tol=-1.0)
+    with pytest.raises(ValueError, match="max_steps"):
+        golub_kahan_norm(op, max_steps=0)
+
+
+def test_single_token_is_linear():
+    X, Wq, Wk, Wv = problem(1, 3, 2, 4, seed=1)
+    assert local_lipschitz(X, Wq, Wk, Wv) == pytest.approx(np.linalg.norm(Wv, 2), rel=1e-12)
+
+
+def test_t_squared_growth_and_its_limit():
+    """Two-sided family, identity weights, d = 2: L(t)/t^2 -> sqrt(2)/3."""
+    ts = np.array([8.0, 16.0, 32.0, 64.0])
+    L = np.array([local_lipschitz(two_sided_tokens(t), I2, I2, I2) for t in ts])
+    slope = np.polyfit(np.log(ts), np.log(L), 1)[0]
+    assert abs(slope - 2) < 0.01
+    limit = math.sqrt(2) / 3
+    # |L - limit t^2| stays bounded (the O(1) part), so the ratio converges
+    assert np.all(np.abs(L - limit * ts**2) < 2.0)
+    assert abs(L[-1] / ts[-1] ** 2 - limit) < 1e-3
+
+
+def test_sqrt_n_growth_at_fixed_radius_and_its_end():
+    u = np.array([1.0, 0.0])
+    Ns = [2, 8, 32, 128, 512]
+    big = [local_lipschitz(sink_tokens(8.0, n, u), I2, I2, I2) / math.sqrt(n) for n in Ns]
+    assert all(0.95 < r < 1.2 for r in big)
+    # at a small radius the sink no longer saturates: L / sqrt(N) collapses
+    small = [local_lipschitz(sink_tokens(2.0, n, u), I2, I2, I2) / math.sqrt(n) for n in Ns]
+    assert small[-1] < 0.1 * small[0]
+
+
+def test_card_formula_fails_on_an_explicit_input():
+    X = two_sided_tokens(8.0)
+    exact = local_lipschitz(X, I2, I2, I2)
+    card = card_bound(X, I2, I2, I2)
+    assert card == pytest.approx(1 + 2 * 8.0)   # ||X||_2 = 8 sqrt 2, 2/sqrt 2 = sqrt 2
+    assert exact > 1.7 * card
+
+
+@pytest.mark.parametrize("C", [1.0, 10.0, 1000.0])
+def test_card_formula_fails_for_every_constant(C):
+    # L >= (sqrt2/3) t^2 - 2 and card = C (1 + 2t): t = 3 sqrt2 (C + 1) + 3 suffices
+    t = 3 * math.sqrt(2) * (C + 1) + 3
+    X = two_sided_tokens(t)
+    assert local_lipschitz(X, I2, I2, I2, method="dense") > card_bound(X, I2, I2, I2, C=C)
+
+
+def _adversarial(kind, N, d, scale, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        return scale * rng.standard_normal((N, d))
+    if kind == "two-sided":
+        return two_sided_tokens(scale, max(N, 2), d)
+    if kind == "sink":
+        return sink_tokens(scale, N, rng.standard_normal(d))
+    X = scale * rng.standard_normal((N, d))   # near-duplicates
+    X[1:] = X[0] + 1e-3 * rng.standard_normal((N - 1, d))
+    return X
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["random", "two-sided", "sink", "clustered"]),
+       N=st.integers(1, 9), d=st.integers(1, 4), dk=st.integers(1, 4), dv=st.integers(1, 3),
+       log_scale=st.floats(-3, 1.3), w_scale=st.floats(0.1, 3), seed=st.integers(0, 10**6))
+def test_bound_never_below_the_exact_constant(kind, N, d, dk, dv, log_scale, w_scale, seed):
+    rng = np.random.default_rng(seed + 1)
+    X = _adversarial(kind, N, d, 10**log_scale, seed)
+    Wq, Wk, Wv = (w_scale * rng.standard_normal(s) for s in ((d, dk), (d, dk), (d, dv)))
+    exact = local_lipschitz(X, Wq, Wk, Wv, method="dense")
+    assert exact <= local_lipschitz_bound(X, Wq, Wk, Wv) * (1 + 1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(N=st.integers(1, 8), d=st.integers(1, 3), R=st.floats(0.05, 3), seed=st.integers(0, 10**6))
+def test_ball_bound_holds_inside_the_ball(N, d, R, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, d))
+    X *= R * rng.uniform(0, 1, (N, 1)) / np.linalg.norm(X, axis=1, keepdims=True).clip(1e-300)
+    Wq, Wk, Wv = (rng.standard_normal((d, d)) for _ in range(3))
+    assert local_lipschitz(X, Wq, Wk, Wv) <= ball_lipschitz_bound(R, N, Wq, Wk, Wv) * (1 + 1e-12)
+    assert local_lipschitz_bound(X, Wq, Wk, Wv) <= ball_lipschitz_bound(R, N, Wq, Wk, Wv) * (
+        1 + 1e-12)
+
+
+def test_bound_terms_by_hand():
+    """The three terms of the bound, recomputed from their definitions."""
+    X, Wq, Wk, Wv = problem(5, 3, 2, 4, seed=12)
+    terms = lipschitz.local_lipschitz_bound_terms(X, Wq, Wk, Wv)
+    A = Wq @ Wk.T / math.sqrt(2)
+    P = attention.attention_matrix(X, Wq, Wk)
+    nv = np.linalg.norm(Wv, 2)
+    v, keys = [], 0.0
+    for i in range(5):
+        m = P[i] @ X
+        v.append(sum(P[i, j] * np.sum((X[j] - m) ** 2) for j in range(5)))
+        Ji = np.diag(P[i]) - np.outer(P[i], P[i])
+        keys += np.sum((A.T @ X[i]) ** 2) * np.linalg.eigvalsh(Ji)[-1] * v[-1]
+    assert terms.values == pytest.approx(nv * math.sqrt(P.sum(axis=0).max()), rel=1e-12)
+    assert terms.queries == pytest.approx(nv * np.linalg.norm(A, 2) * max(v), rel=1e-10)
+    assert terms.keys == pytest.approx(nv * math.sqrt(keys), rel=1e-10)
+    assert terms.total == pytest.approx(terms.values + terms.queries + terms.keys)
+
+
+def test_bound_is_quadratic_and_asymptotically_tight_on_the_two_sided_family():
+    for t in (16.0, 64.0):
+        X = two_sided_tokens(t)
+        exact, bound = local_lipschitz(X, I2, I2, I2), local_lipschitz_bound(X, I2, I2, I2)
+        assert abs(bound - math.sqrt(2) / 3 * t**2) < 3.0
+        assert 0 < bound - exact < 2.0
+
+
+# -- L2 attention ------------------------------------------------------------
+def test_l2_attention_matches_a_loop():
+    rng = np.random.default_rng(0)
+    X, Wq = rng.standard_normal((5, 3)), rng.standard_normal((3, 2))
+    Wv = rng.standard_normal((3, 4))
+    out = np.zeros((5, 4))
+    M = Wq @ Wq.T @ Wv / math.sqrt(2)
+    for i in range(5):
+        s = np.array([-np.sum((X[i] @ Wq - X[j] @ Wq) ** 2) / math.sqrt(2) for j in range(5)])
+        w = np.exp(s - s.max())
+        out[i] = (w / w.sum()) @ X @ M
+    np.testing.assert_allclose(l2_self_attention(X, Wq, Wv), out, atol=1e-12)
+
+
+def test_l2_jacobian_matches_central_differences_and_is_adjoint():
+    rng = np.random.default_rng(1)
+    X, Wq = rng.standard_normal((4, 3)), rng.standard_normal((3, 2))
+    Wv = rng.standard_normal((3, 2))
+    J = l2_attention_jacobian(X, Wq, Wv)
+    fd = central_differences(lambda Z: l2_self_attention(Z, Wq, Wv), X)
+    np.testing.assert_allclose(J, fd, atol=1e-7 * np.abs(J).max())
+    E, G = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+    lhs = np.sum(l2_attention_jvp(X, E, Wq, Wv) * G)
+    assert lhs == pytest.approx(np.sum(E * l2_attention_vjp(X, G, Wq, Wv)), rel=1e-12, abs=1e-12)
+
+
+def test_l2_constants_stay_bounded_and_below_the_kim_bound():
+    ts = [1.0, 4.0, 16.0, 64.0]
+    L = [l2_local_lipschitz(two_sided_tokens(t), I2, I2) for t in ts]
+    assert max(L) < kim_l2_bound(3, I2, I2)
+    assert L[-1] == pytest.approx(L[-2], rel=1e-6)   # the constant settles
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(["random", "two-sided", "sink", "clustered"]),
+       N=st.integers(1, 8), d=st.integers(1, 3), dk=st.integers(1, 3),
+       log_scale=st.floats(-2, 1.5), seed=st.integers(0, 10**6))
+def test_l2_local_constant_below_kim_bound(kind, N, d, dk, log_scale, seed):
+    rng = np.random.default_rng(seed)
+    X = _adversarial(kind, N, d, 10**log_scale, seed)
+    Wq, Wv = rng.standard_normal((d, dk)), rng.standard_normal((d, 2))
+    assert l2_local_lipschitz(X, Wq, Wv) <= kim_l2_bound(X.shape[0], Wq, Wv)
+
+
+# -- re-exports and bad input -------------------------------------------------
+def test_names_are_reexported_from_attention():
+    for name in ("attention_jacobian", "attention_jvp", "attention_vjp", "local_lipschitz",
+                 "local_lipschitz_bound", "card_bound", "l2_self_attention",
+                 "l2_local_lipschitz"):
+        assert getattr(attention, name) is getattr(lipschitz, name)
+    with pytest.raises(AttributeError):
+        attention.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("func", [attention_jacobian, local_lipschitz, local_lipschitz_bound,
+                                  card_bound])
+def test_bad_input_dot_product(func):
+    X, Wq, Wk, Wv = problem(3, 2, 2, 2)
+    with pytest.raises(ValueError, match="W_Q"):
+        func(X, Wq[:1], Wk, Wv)
+    with pytest.raises(ValueError, match="W_K"):
+        func(X, Wq, Wk[:, :1], Wv)
+    with pytest.raises(ValueError, match="W_V"):
+        func(X, Wq, Wk, Wv[:1])
+    with pytest.raises(ValueError, match="X"):
+        func(np.zeros((0, 2)), Wq, Wk, Wv)
+    bad = X.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="X"):
+        func(bad, Wq, Wk, Wv)
+    with pytest.raises(ValueError, match="X"):
+        func(np.stack([X, X]), Wq, Wk, Wv)
+    with pytest.raises(TypeError, match="X"):
+        func("X", Wq, Wk, Wv)
+    if func is not card_bound:   # the formula needs no logits
+        with pytest.raises(ValueError, match="logits"):
+            func(1e200 * X, Wq, Wk, Wv)
+
+
+def test_bad_input_jvp_vjp_and_options():
+    X, Wq, Wk, Wv = problem(3, 2, 2, 4)
+    with pytest.raises(ValueError, match="E"):
+        attention_jvp(X, np.zeros((3, 3)), Wq, Wk, Wv)
+    with pytest.raises(ValueError, match="G"):
+        attention_vjp(X, np.zeros((3, 2)), Wq, Wk, Wv)
+    with pytest.raises(ValueError, match="E"):
+        attention_jvp(X, np.full((3, 2), np.inf), Wq, Wk, Wv)
+    with pytest.raises(ValueError, match="method"):
+        local_lipschitz(X, Wq, Wk, Wv, method="svd")
+    with pytest.raises(ValueError, match="tol"):
+        local_lipschitz(X, Wq, Wk, Wv, tol=0.0)
+    with pytest.raises(ValueError, match="C"):
+        card_bound(X, Wq, Wk, Wv, C=-1.0)
+    with pytest.raises(ValueError, match="R"):
+        ball_lipschitz_bound(0.0, 3, Wq, Wk, Wv)
+    with pytest.raises(ValueError, match="N"):
+        ball_lipschitz_bound(1.0, 0, Wq, Wk, Wv)
+
+
+def test_bad_input_l2_and_families():
+    X = np.ones((3, 2))
+    with pytest.raises(ValueError, match="W_Q"):
+        l2_self_attention(X, np.ones((3, 2)), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="W_V"):
+        l2_local_lipschitz(X, np.ones((2, 2)), np.ones((3, 2)))
+    with pytest.raises(ValueError, match="X"):
+        l2_local_lipschitz(np.zeros((0, 2)), np.ones((2, 2)), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="E"):
+        l2_attention_jvp(X, np.ones((2, 2)), np.eye(2), np.eye(2))
+    with pytest.raises(ValueError, match="N"):
+        kim_l2_bound(0, np.eye(2), np.eye(2))
+    with pytest.raises(ValueError, match="W_V"):
+        kim_l2_bound(3, np.eye(2), np.eye(3))
+    with pytest.raises(ValueError, match="t"):
+        two_sided_tokens(-1.0)
+    with pytest.raises(ValueError, match="N"):
+        two_sided_tokens(1.0, N=1)
+    with pytest.raises(ValueError, match="u"):
+        sink_tokens(1.0, 3, np.zeros(2))
+    with pytest.raises(ValueError, match="R"):
+        sink_tokens(np.nan, 3, np.ones(2))
+
+
+def test_extreme_valid_inputs_stay_finite():
+    X, Wq, Wk, Wv = problem(4, 2, 2, 2, seed=9)
+    for s in (1e-150, 1e-8, 30.0):
+        for value in (local_lipschitz(s * X, Wq, Wk, Wv), local_lipschitz_bound(s * X, Wq, Wk, Wv),
+                      l2_local_lipschitz(s * X, Wq, Wv)):
+            assert np.isfinite(value)

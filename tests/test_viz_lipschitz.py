@@ -1,0 +1,91 @@
+"""Figures, experiments and the explorer of the Lipschitz chapter (lipattn/viz/lipschitz.py)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from lipattn.lipschitz import local_lipschitz
+from lipattn.viz import lipschitz as viz
+from lipattn.widgets import get_explorer
+
+
+def test_tokens_families():
+    X = viz.tokens("two-sided", 2.0, 3)
+    np.testing.assert_array_equal(X, [[0, 0], [2, 0], [-2, 0]])
+    S = viz.tokens("sink", 4.0, 5)
+    np.testing.assert_allclose(np.linalg.norm(S, axis=1), [4, 2, 2, 2, 2])
+    R = viz.tokens("random", 3.0, 7)
+    np.testing.assert_allclose(np.linalg.norm(R, axis=1), 3.0)
+    with pytest.raises(ValueError, match="config"):
+        viz.tokens("gaussian", 1.0, 3)
+    with pytest.raises(ValueError, match="N"):
+        viz.tokens("random", 1.0, 1)
+
+
+def test_explorer_data_bound_holds_and_card_fails():
+    data = viz._explorer_data()
+    for (cfg, N), c in data.items():
+        assert np.all(c.exact <= c.bound * (1 + 1e-12)), (cfg, N)
+        assert np.all(c.l2 <= c.kim), (cfg, N)
+        # an independent dense computation agrees with the matrix-free frames
+        X = viz.tokens(cfg, c.t[-1], N)
+        assert c.exact[-1] == pytest.approx(local_lipschitz(X, *viz.IDENTITY, method="dense"),
+                                            rel=1e-8)
+    c4 = data[("two-sided", 4)]
+    assert c4.exact[c4.t == 6.0][0] > c4.card[c4.t == 6.0][0]
+    assert c4.exact[c4.t == 4.0][0] < c4.card[c4.t == 4.0][0]
+    s64 = data[("sink", 64)]
+    assert s64.exact[s64.t == 8.0][0] == pytest.approx(8.0, rel=0.05)
+    assert np.all(s64.exact[s64.t <= 2.0] < 1.2)
+
+
+def test_castin_code_bound_is_above_the_exact_constant():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        N, d = int(rng.integers(2, 10)), int(rng.integers(1, 4))
+        W = [rng.standard_normal((d, d)) for _ in range(3)]
+        X = 10 ** rng.uniform(-1, 1) * rng.standard_normal((N, d))
+        assert local_lipschitz(X, *W) <= viz.castin_code_bound(X, *W)
+
+
+def test_figures_and_tables():
+    curves = viz.growth_curves("two-sided", 3, [1.0, 8.0])
+    assert curves.exact[1] > curves.card[1]
+    assert isinstance(viz.fig_t_growth(curves), Figure)
+    table = viz.sink_table([8.0], [2, 8])
+    assert table[8.0][1] == pytest.approx(math.sqrt(8), rel=0.05)
+    assert isinstance(viz.fig_sqrt_n(table, [2, 8]), Figure)
+    ratios = viz.looseness_sample(8, seed=1)
+    assert min(r.min() for r in ratios.values()) >= 1 - 1e-12
+    assert isinstance(viz.fig_looseness(ratios), Figure)
+    rows = viz.cost_table([(4, 2)])
+    assert rows[0]["rel_diff"] < 1e-8 and rows[0]["products"] > 0
+    assert viz.cost_html(rows).count("<tr>") == 2
+    with pytest.raises(ValueError, match="samples"):
+        viz.looseness_sample(0)
+
+
+def test_explorer_frames_change_with_every_slider():
+    ex = get_explorer("lipschitz-t")
+    base = ex.render(t=4.0, N=16, config="two-sided")
+    for change in ({"t": 8.0}, {"N": 64}, {"config": "sink"}):
+        assert ex.render(**({"t": 4.0, "N": 16, "config": "two-sided"} | change)) != base
+
+
+def test_explorer_render_time():
+    ex = get_explorer("lipschitz-t")
+    grid = list(ex.grid())
+    ex.render(**grid[0])
+    times = []
+    for values in grid:
+        t0 = time.perf_counter()
+        ex.render(**values)
+        times.append(time.perf_counter() - t0)
+    ms = 1e3 * np.asarray(times)
+    assert np.median(ms) <= 30 and np.percentile(ms, 95) <= 60, (np.median(ms),
+                                                                 np.percentile(ms, 95))
