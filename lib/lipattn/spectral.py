@@ -32,7 +32,7 @@ __all__ = [
     "PowerIteration", "power_iteration", "spectral_norm", "spectral_normalize", "as_operator",
     "predicted_error", "steps_to_tolerance", "matrix_with_spectrum", "CountingOperator",
     "lanczos_cost", "Tracking", "track_drift", "product_bound", "relu_mlp_jacobian_norms",
-    "pattern_bound", "entropy_floor",
+    "pattern_bound", "entropy_floor", "min_entropy_three_levels",
 ]
 
 #: Arrays with at most this many entries get a dense SVD in :func:`spectral_norm`.
@@ -561,3 +561,66 @@ def entropy_floor(T: int, s: Any) -> np.ndarray:
     beta = np.exp(-alpha)
     q = (T - 1) * beta
     return np.log1p(q) + alpha * q / (1 + q)
+
+
+def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
+    r"""The least softmax entropy over centred logit vectors of norm ``s`` whose
+    entries take **at most three distinct values** (a numerical search).
+
+    Every minimiser of the entropy on the sphere has this form (the chapter's
+    Lagrange argument), so this search checks :func:`entropy_floor` over all
+    candidates. For each count triple :math:`(n_1, n_2, n_3)`,
+    :math:`n_1 + n_2 + n_3 = T`, the levels lie on a circle (two linear-quadratic
+    constraints on three numbers); the circle is scanned at ``grid`` angles and
+    the best angle refined by golden-section search. Two-level vectors are the
+    points of those circles where two levels coincide.
+
+    Parameters
+    ----------
+    T : int
+        At least 2 (at most 200: the search visits about T^2/2 triples).
+    s : float
+        Centred norm, finite and non-negative.
+    grid : int
+        Angles per circle, at least 16.
+
+    Returns
+    -------
+    float
+        The smallest entropy found (nats); never below the true minimum over
+        three-level vectors by more than rounding.
+    """
+    T = as_int_at_least(T, "T", 2)
+    if T > 200:
+        raise ValueError(f"T must be at most 200 for the search; got {T}")
+    s = as_positive_float(s, "s", allow_zero=True)
+    grid = as_int_at_least(grid, "grid", 16)
+    if T == 2:
+        return float(entropy_floor(2, s))
+    n = np.array([(a, b, T - a - b) for a in range(1, T - 1) for b in range(1, T - a)],
+                 float)                                      # (K, 3) count triples
+    w = np.sqrt(n)
+    basis = np.linalg.svd(w[:, None, :])[2][:, 1:, :]       # (K, 2, 3), orthogonal to sqrt(n)
+    e1, e2 = basis[:, 0] / w, basis[:, 1] / w               # n-orthonormal, n-centred levels
+
+    def ent(ph: np.ndarray) -> np.ndarray:
+        """Entropy at angles ph, shape (K, G) -> (K, G)."""
+        lev = s * (np.cos(ph)[..., None] * e1[:, None, :] + np.sin(ph)[..., None] * e2[:, None, :])
+        lev = lev - lev.max(axis=-1, keepdims=True)
+        wts = n[:, None, :] * np.exp(lev)
+        z = wts.sum(axis=-1)
+        return np.log(z) - (wts * lev).sum(axis=-1) / z
+
+    phi = np.broadcast_to(np.linspace(0, 2 * np.pi, grid, endpoint=False), (n.shape[0], grid))
+    vals = ent(phi)
+    i = np.argmin(vals, axis=1)
+    lo = phi[0, i] - 2 * np.pi / grid
+    hi = phi[0, i] + 2 * np.pi / grid
+    g = (np.sqrt(5) - 1) / 2
+    for _ in range(40):  # golden-section refinement, all triples at once
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        left = ent(a[:, None])[:, 0] < ent(b[:, None])[:, 0]
+        hi = np.where(left, b, hi)
+        lo = np.where(left, lo, a)
+    refined = ent((0.5 * (lo + hi))[:, None])[:, 0]
+    return float(min(vals.min(), refined.min()))
