@@ -137,8 +137,9 @@ def spectral_norm(A: Any, tol: float = 1e-10) -> float:
 
     Method: ``numpy.linalg.norm(A, 2)`` (a dense SVD) when ``A`` is an array
     with at most :data:`DENSE_MAX_ENTRIES` entries or with a side of length 1;
-    otherwise Lanczos bidiagonalisation through ``scipy.sparse.linalg.svds``
-    (ARPACK, relative tolerance ``tol``) on the array or LinearOperator.
+    otherwise ``scipy.sparse.linalg.svds`` on the array or LinearOperator, whose
+    ARPACK solver runs implicitly restarted Lanczos on the Gram operator
+    :math:`A^\top A` (ARPACK tolerance ``tol**2`` on its eigenvalues).
 
     Parameters
     ----------
@@ -333,7 +334,8 @@ class CountingOperator(LinearOperator):
 
 def lanczos_cost(A: Any, tol: float, seed: int = 0) -> tuple[int, float]:
     r"""Products with A or A^T that ``scipy.sparse.linalg.svds`` (ARPACK,
-    implicitly restarted Lanczos) uses for :math:`\sigma_1` at tolerance ``tol``.
+    implicitly restarted Lanczos on :math:`A^\top A`) uses for :math:`\sigma_1` at
+    tolerance ``tol``. Every product with the Gram operator counts as two.
 
     Parameters
     ----------

@@ -419,7 +419,7 @@ class PowerExplorer(Explorer):
         (self._all,) = ax2.semilogy(k, np.ones(_K_MAX), "o", color="C0", ms=3, alpha=0.3)
         (self._done,) = ax2.semilogy(k[:1], [1.0], "o-", color="C0", ms=5,
                                      label=r"measured $1 - \hat\sigma_k/\sigma_1$")
-        ax2.set_ylim(1e-17, 2)
+        ax2.set_ylim(1e-13, 2)
         ax2.set_xlim(0.5, _K_MAX + 0.5)
         ax2.set_xticks(k)
         ax2.set_xlabel("step $k$")
@@ -440,7 +440,9 @@ class PowerExplorer(Explorer):
         wv = W @ v
         self._v.set_data([0, v[0]], [0, v[1]])
         self._wv.set_data([0, wv[0]], [0, wv[1]])
-        self._title.set_text(f"σ̂_{k} = ‖Wv_{k}‖ = {sig[k - 1]:.10f}")
+        # plain text, not mathtext: parsing TeX would double the frame time
+        self._title.set_text(f"estimate after {k} step{'s' if k > 1 else ''}: "
+                             f"‖Wv‖ = {sig[k - 1]:.10f}")
         err = np.maximum(1 - sig, _ERR_FLOOR)
         self._pred.set_ydata(np.maximum(pred, _ERR_FLOOR))
         self._all.set_ydata(err)
@@ -469,17 +471,18 @@ class TrackingExplorer(Explorer):
         self._tr = _tracks()
         ax, ax2 = fig.subplots(1, 2)
         t = np.arange(_TRACK_STEPS)
-        (self._other,) = ax.semilogy(t, np.ones_like(t, float), color=plotting.ONE_COLOR,
-                                     lw=1, alpha=0.6, label="the other mode")
-        (self._line,) = ax.semilogy(t, np.ones_like(t, float), color="C0", lw=1.4,
-                                    label="this mode")
+        self._lines = {}
+        for key, color, label in (("persistent", "C0", "persistent $u$"),
+                                  ("fresh", "C1", "fresh $u$ each step")):
+            (self._lines[key],) = ax.semilogy(t, np.ones_like(t, float), color=color,
+                                              lw=1.4, label=label)
         ax.set_ylim(1e-12, 1.5)
         ax.set_xlim(0, _TRACK_STEPS)
         ax.set_xlabel("training step $t$")
         ax.set_ylabel(r"$1 - \hat\sigma_t/\sigma_1(W_t)$ (log)")
         ax.legend(loc="lower right", fontsize=8)
         self._title = ax.set_title("", fontsize=9.5)
-        (self._norm,) = ax2.plot(t, np.ones_like(t, float), color="C1", lw=1.2,
+        (self._norm,) = ax2.plot(t, np.ones_like(t, float), color="C4", lw=1.2,
                                  label=r"$\|W_t/\hat\sigma_t\|_2$")
         ax2.axhline(1.0, color="k", ls="--", lw=1, label="target 1")
         ax2.set_ylim(0.95, 2.6)
@@ -488,16 +491,17 @@ class TrackingExplorer(Explorer):
         ax2.set_ylabel("normalised spectral norm")
         ax2.legend(loc="upper right", fontsize=8)
         self._title2 = ax2.set_title("", fontsize=9.5)
-        return [self._other, self._line, self._title, self._norm, self._title2]
+        return [*self._lines.values(), self._title, self._norm, self._title2]
 
     def update(self, drift: float, persistent: bool) -> None:
-        mine = self._tr[drift, "persistent" if persistent else "fresh"]
-        other = self._tr[drift, "fresh" if persistent else "persistent"]
-        self._line.set_ydata(np.maximum(mine.underestimate, 1e-16))
-        self._other.set_ydata(np.maximum(other.underestimate, 1e-16))
-        self._line.set_color("C0" if persistent else "C1")
+        chosen = "persistent" if persistent else "fresh"
+        for key, line in self._lines.items():
+            line.set_ydata(np.maximum(self._tr[drift, key].underestimate, 1e-16))
+            line.set_alpha(1.0 if key == chosen else 0.3)
+            line.set_linewidth(1.6 if key == chosen else 1.0)
+        mine = self._tr[drift, chosen]
         med = float(np.median(mine.underestimate[20:]))
-        self._title.set_text(f"median underestimate (t ≥ 20): {med:.1e}")
+        self._title.set_text(f"{chosen} u: median underestimate (t ≥ 20) {med:.1e}")
         ratio = mine.sigma / mine.sigma_hat
         self._norm.set_ydata(ratio)
         self._title2.set_text(f"largest ‖W/σ̂‖₂ (t ≥ 20): {ratio[20:].max():.4f}")
