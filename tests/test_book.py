@@ -26,7 +26,9 @@ def test_page_has_no_external_assets_and_no_widget_placeholders(built_html, rel)
     page = _page(built_html, rel)
     external = re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?:)?//[^"]+"', page)
     assert not external, external
-    # raw roles left in the text mean a MyST role did not parse
+    # raw roles left in the text mean a MyST role did not parse; base64 frames
+    # are dropped first (they can spell "THEBE" by chance)
+    page = re.sub(r"[A-Za-z0-9+/=]{200,}", "", page)
     for bad in ("Loading widget", "interactive(", "widget-state+json", "THEBE", "thebe",
                 "{glue:", "{prf:", "{cite", "{ref}", "{doc}", "{math}"):
         assert bad not in page, bad

@@ -174,7 +174,7 @@ def fig_rate(data: dict) -> Figure:
     ax.set_ylabel(r"$1 - \hat\sigma_k^2/\sigma_1^2$ (log)")
     ax.set_title(r"measured error (dots) and the bound $\tan^2\theta_0\,\rho^{4k-2}$ (dashed)",
                  fontsize=10)
-    ax.legend(loc="upper right", fontsize=8.5)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5)
     return fig
 
 
