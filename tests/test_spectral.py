@@ -301,3 +301,38 @@ def test_random_logits_never_beat_the_floor(T, s, seed):
 def test_bad_input_new(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+@pytest.mark.parametrize("T", [3, 5, 12])
+def test_three_level_search_finds_nothing_below_the_floor(T):
+    for s in (0.2, 1.5, 6.0):
+        found = spectral.min_entropy_three_levels(T, s)
+        floor = float(spectral.entropy_floor(T, s))
+        assert floor - 1e-12 <= found <= floor + 1e-9
+    assert spectral.min_entropy_three_levels(2, 1.0) == float(spectral.entropy_floor(2, 1.0))
+
+
+def test_minimiser_has_one_spike():
+    # a BFGS minimiser on the sphere has one entry above the mean, the rest equal
+    T, s = 6, 2.5
+    rng = np.random.default_rng(0)
+
+    def on_sphere(x):
+        c = x - x.mean()
+        return c / np.linalg.norm(c) * s
+
+    res = min((minimize(lambda x: _entropy(on_sphere(x)), rng.standard_normal(T),
+                        method="BFGS", options={"gtol": 1e-10}) for _ in range(10)),
+              key=lambda r: r.fun)
+    a = np.sort(on_sphere(res.x))
+    assert np.sum(a > 0) == 1 and np.ptp(a[:-1]) < 1e-3
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: spectral.min_entropy_three_levels(201, 1.0), "T must"),
+    (lambda: spectral.min_entropy_three_levels(4, -1.0), "s must"),
+    (lambda: spectral.min_entropy_three_levels(4, 1.0, grid=8), "grid"),
+])
+def test_three_level_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -536,9 +536,11 @@ def entropy_floor(T: int, s: Any) -> np.ndarray:
        + \frac{s\sqrt{T(T-1)}\,\beta}{1 + (T-1)\beta},
        \qquad \beta = e^{-\alpha}.
 
-    That the one-spike vector is the minimiser is the chapter's theorem (with
-    what is proved and what is checked stated there). Computed without
-    overflow for any finite ``s``; for huge ``s`` the floor underflows to 0.
+    That the one-spike vector is the minimiser is proved in the chapter: the
+    Lagrange conditions leave two distinct values in a minimiser, and the
+    second-order conditions leave a single entry at the upper one. Computed
+    without overflow for any finite ``s``; for huge ``s`` the floor underflows
+    to 0.
 
     Parameters
     ----------
@@ -569,12 +571,13 @@ def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
     r"""The least softmax entropy over centred logit vectors of norm ``s`` whose
     entries take **at most three distinct values** (a numerical search).
 
-    Every minimiser of the entropy on the sphere has this form (the chapter's
-    Lagrange argument), so this search checks :func:`entropy_floor` over all
-    candidates. For each count triple :math:`(n_1, n_2, n_3)`,
-    :math:`n_1 + n_2 + n_3 = T`, the levels lie on a circle (two linear-quadratic
-    constraints on three numbers); the circle is scanned at ``grid`` angles and
-    the best angle refined by golden-section search. Two-level vectors are the
+    Every minimiser of the entropy on the sphere has this form (indeed it has
+    two values; see the chapter), so this search is an independent numerical
+    check of :func:`entropy_floor` over a superset of the candidates. For each
+    count triple :math:`(n_1, n_2, n_3)`, :math:`n_1 + n_2 + n_3 = T`, the levels
+    lie on a circle (two linear-quadratic constraints on three numbers); the
+    circle is scanned at ``grid`` angles and the best angle refined by
+    golden-section search. Two-level vectors are the
     points of those circles where two levels coincide.
 
     Parameters
