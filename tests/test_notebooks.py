@@ -15,7 +15,8 @@ NOTEBOOKS = [p for p in CHAPTERS if "```{code-cell}" in p.read_text()]
 
 
 def test_the_chapters_are_found():
-    assert {"intro", "01_softmax_jacobian", "02_scaling_saturation"} <= {p.stem for p in NOTEBOOKS}
+    assert {"intro", "01_softmax_jacobian", "02_scaling_saturation",
+            "05_spectral_normalisation"} <= {p.stem for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -6,7 +6,7 @@ One module per concept:
 - :mod:`lipattn.softmax` -- the softmax, its Jacobian and the Jacobian's norms;
 - :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation;
 - :mod:`lipattn.attention` -- single-head self-attention, tokens as rows;
-- :mod:`lipattn.spectral` -- power iteration and exact spectral norms;
+- :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms, the entropy floor;
 - :mod:`lipattn.widgets` -- explorers: one definition, a live widget in a kernel
   and a precomputed frame player on the static site;
 - :mod:`lipattn.plotting` -- the book's plot style;
