@@ -336,3 +336,15 @@ def test_minimiser_has_one_spike():
 def test_three_level_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 10_000), st.integers(1, 8))
+def test_pytorch_order_estimate_interleaves(m, n, seed, k):
+    # PyTorch reports ||A^T u_k|| (u first, then v): between our k-th and (k+1)-th
+    A = np.random.default_rng(seed).standard_normal((m, n))
+    run = power_iteration(A, k + 1, seed=seed)
+    u_k = power_iteration(A, k, seed=seed).u
+    torch_sigma = np.linalg.norm(A.T @ u_k)
+    tol = 1e-12 * np.linalg.norm(A, 2)
+    assert run.sigma[k - 1] - tol <= torch_sigma <= run.sigma[k] + tol
