@@ -412,7 +412,7 @@ class PowerExplorer(Explorer):
         ax.set_xlim(-1.15, 1.15)
         ax.set_ylim(-1.15, 1.15)
         ax.legend(loc="lower left", fontsize=7, ncol=2, handlelength=1.2)
-        self._title = ax.set_title("", fontsize=9.5)
+        ax.set_title(r"$v_k$ and $Wv_k$", fontsize=9.5)
         k = np.arange(1, _K_MAX + 1)
         (self._pred,) = ax2.semilogy(k, np.ones(_K_MAX), "--", color="C3", lw=1.2,
                                      label="predicted (closed form)")
@@ -426,7 +426,8 @@ class PowerExplorer(Explorer):
         ax2.set_ylabel(r"relative error (log)")
         ax2.legend(loc="lower left", fontsize=8)
         self._text = ax2.set_title("", fontsize=9.5)
-        return [self._ellipse, self._axis, self._trail, self._v, self._wv, self._title,
+        # one changing text per frame: text layout is the costliest part of a redraw
+        return [self._ellipse, self._axis, self._trail, self._v, self._wv,
                 self._pred, self._all, self._done, self._text]
 
     def update(self, k: int, rho: float, angle: int) -> None:
@@ -441,14 +442,12 @@ class PowerExplorer(Explorer):
         self._v.set_data([0, v[0]], [0, v[1]])
         self._wv.set_data([0, wv[0]], [0, wv[1]])
         # plain text, not mathtext: parsing TeX would double the frame time
-        self._title.set_text(f"estimate after {k} step{'s' if k > 1 else ''}: "
-                             f"‖Wv‖ = {sig[k - 1]:.10f}")
         err = np.maximum(1 - sig, _ERR_FLOOR)
         self._pred.set_ydata(np.maximum(pred, _ERR_FLOOR))
         self._all.set_ydata(err)
         self._done.set_data(np.arange(1, k + 1), err[:k])
-        note = "orthogonal start: stuck at σ₂" if angle == 90 else f"per step ×ρ⁴ = {rho**4:.3g}"
-        self._text.set_text(f"error {1 - sig[k - 1]:.2e}; {note}")
+        note = "stuck at σ₂" if angle == 90 else f"×{rho**4:.3g} per step"
+        self._text.set_text(f"‖Wvₖ‖ = {sig[k - 1]:.10f}, error {1 - sig[k - 1]:.1e}, {note}")
 
 
 # --------------------------------------------------------------------------
@@ -490,8 +489,8 @@ class TrackingExplorer(Explorer):
         ax2.set_xlabel("training step $t$")
         ax2.set_ylabel("normalised spectral norm")
         ax2.legend(loc="upper right", fontsize=8)
-        self._title2 = ax2.set_title("", fontsize=9.5)
-        return [*self._lines.values(), self._title, self._norm, self._title2]
+        ax2.set_title("the chosen mode", fontsize=9.5)
+        return [*self._lines.values(), self._title, self._norm]
 
     def update(self, drift: float, persistent: bool) -> None:
         chosen = "persistent" if persistent else "fresh"
@@ -501,7 +500,7 @@ class TrackingExplorer(Explorer):
             line.set_linewidth(1.6 if key == chosen else 1.0)
         mine = self._tr[drift, chosen]
         med = float(np.median(mine.underestimate[20:]))
-        self._title.set_text(f"{chosen} u: median underestimate (t ≥ 20) {med:.1e}")
         ratio = mine.sigma / mine.sigma_hat
         self._norm.set_ydata(ratio)
-        self._title2.set_text(f"largest ‖W/σ̂‖₂ (t ≥ 20): {ratio[20:].max():.4f}")
+        self._title.set_text(f"{chosen}: median {med:.1e}, max ‖W/σ̂‖₂ {ratio[20:].max():.4f}"
+                             " (t ≥ 20)")
