@@ -115,8 +115,8 @@ def fig_intuition(rho: float = 0.6, theta_deg: float = 70.0, iters: int = 4) -> 
     right: the estimates climbing to sigma_1 from below."""
     W = _two_by_two(rho)
     vs, sig = _iterates(W, _start(theta_deg), iters)
-    fig, (ax, ax2) = plotting.figure(2, width=8.4, height=3.4,
-                                     gridspec_kw={"width_ratios": [1, 1.3]})
+    fig, (ax, ax2) = plotting.figure(2, width=8.4, height=4.0,
+                                     gridspec_kw={"width_ratios": [1, 1.1]})
     _draw_geometry(ax, W, vs)
     ax.set_title(r"$v_k$ (dots) and $Wv_k$ (arrows)", fontsize=10)
     ax.legend(loc="lower left", fontsize=7.5)
