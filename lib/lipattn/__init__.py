@@ -6,7 +6,7 @@ One module per concept:
 - :mod:`lipattn.softmax` -- the softmax, its Jacobian and the Jacobian's norms;
 - :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation;
 - :mod:`lipattn.attention` -- single-head self-attention, tokens as rows;
-- :mod:`lipattn.spectral` -- power iteration and exact spectral norms;
+- :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms, the entropy floor;
 - :mod:`lipattn.collapse` -- rank collapse: residuals, the cubic bound, deep stacks;
 - :mod:`lipattn.lipschitz` -- the attention Jacobian, exact local Lipschitz constants, bounds;
 - :mod:`lipattn.widgets` -- explorers: one definition, a live widget in a kernel

@@ -8,6 +8,14 @@ r"""Spectral norms: power iteration as spectral normalisation runs it, and exact
 - :func:`spectral_norm` is the exact :math:`\sigma_1(A)`, dense SVD for small
   arrays and Lanczos (``scipy.sparse.linalg.svds``) for operators and large arrays.
 - :func:`spectral_normalize` is one training-time step with a persistent ``u``.
+- :func:`predicted_error` is the closed-form error of power iteration on a
+  rank-2 matrix (the rate :math:`(\sigma_2/\sigma_1)^{4k}`);
+  :func:`lanczos_cost` counts the products that Lanczos (``svds``) needs.
+- :func:`product_bound`, :func:`pattern_bound` and
+  :func:`relu_mlp_jacobian_norms` compare the product of spectral norms with
+  the Jacobian norms of a bias-free ReLU network.
+- :func:`entropy_floor` is the least softmax entropy at a given centred logit
+  norm (the one-spike vector).
 """
 
 from __future__ import annotations
@@ -18,9 +26,14 @@ from typing import Any
 import numpy as np
 from scipy.sparse.linalg import LinearOperator, aslinearoperator, svds
 
-from ._validate import as_int_at_least, as_positive_float, as_real_array
+from ._validate import as_bool, as_int_at_least, as_positive_float, as_real_array
 
-__all__ = ["PowerIteration", "power_iteration", "spectral_norm", "spectral_normalize"]
+__all__ = [
+    "PowerIteration", "power_iteration", "spectral_norm", "spectral_normalize", "as_operator",
+    "predicted_error", "steps_to_tolerance", "matrix_with_spectrum", "CountingOperator",
+    "lanczos_cost", "Tracking", "track_drift", "product_bound", "relu_mlp_jacobian_norms",
+    "pattern_bound", "entropy_floor", "min_entropy_three_levels",
+]
 
 #: Arrays with at most this many entries get a dense SVD in :func:`spectral_norm`.
 DENSE_MAX_ENTRIES = 250_000
@@ -124,8 +137,9 @@ def spectral_norm(A: Any, tol: float = 1e-10) -> float:
 
     Method: ``numpy.linalg.norm(A, 2)`` (a dense SVD) when ``A`` is an array
     with at most :data:`DENSE_MAX_ENTRIES` entries or with a side of length 1;
-    otherwise Lanczos bidiagonalisation through ``scipy.sparse.linalg.svds``
-    (ARPACK, relative tolerance ``tol``) on the array or LinearOperator.
+    otherwise ``scipy.sparse.linalg.svds`` on the array or LinearOperator, whose
+    ARPACK solver runs implicitly restarted Lanczos on the Gram operator
+    :math:`A^\top A` (ARPACK tolerance ``tol**2`` on its eigenvalues).
 
     Parameters
     ----------
@@ -186,3 +200,432 @@ def spectral_normalize(
 def as_operator(A: Any) -> LinearOperator:
     """``A`` (array or LinearOperator) as a LinearOperator, validated."""
     return _as_operator(A)[0]
+
+
+# --------------------------------------------------------------------------
+# The convergence rate of power iteration
+# --------------------------------------------------------------------------
+def predicted_error(
+    sigma_1: float, sigma_2: float, tan_theta: float, k: Any
+) -> np.ndarray:
+    r"""The relative error :math:`1 - \hat\sigma_k^2/\sigma_1^2` of power iteration
+    on a matrix with two non-zero singular values, in closed form.
+
+    With :math:`\rho = \sigma_2/\sigma_1` and :math:`t = \tan\theta_0`, where
+    :math:`\theta_0` is the angle between the start :math:`u_0` and the top left
+    singular vector (within the span of the two left singular vectors),
+
+    .. math:: 1 - \frac{\hat\sigma_k^2}{\sigma_1^2}
+       = (1 - \rho^2)\,\frac{t^2 \rho^{4k-2}}{1 + t^2\rho^{4k-2}} .
+
+    For a matrix of any rank this is the leading term, and
+    :math:`t^2 \rho^{4k-2}` (with :math:`t` the tangent of the angle to the top
+    singular vector) is an upper bound (see the chapter).
+
+    Parameters
+    ----------
+    sigma_1, sigma_2 : float
+        :math:`\sigma_1 > 0` and :math:`0 \le \sigma_2 \le \sigma_1`.
+    tan_theta : float
+        :math:`\tan\theta_0 \ge 0` (finite: the start is not orthogonal to the
+        top singular vector).
+    k : int or array_like of int
+        Steps, each at least 1.
+
+    Returns
+    -------
+    ndarray, shape of ``k``
+    """
+    s1 = as_positive_float(sigma_1, "sigma_1")
+    s2 = as_positive_float(sigma_2, "sigma_2", allow_zero=True)
+    if s2 > s1:
+        raise ValueError(f"sigma_2 must be at most sigma_1 = {s1!r}; got {sigma_2!r}")
+    t = as_positive_float(tan_theta, "tan_theta", allow_zero=True)
+    k = np.asarray(k)
+    if k.dtype == bool or not np.issubdtype(k.dtype, np.integer) or np.any(k < 1):
+        raise ValueError(f"k must be integers >= 1; got {k!r}")
+    rho = s2 / s1
+    # t^2 rho^(4k-2) in logs, so that huge t and tiny rho stay finite
+    with np.errstate(divide="ignore"):
+        log_x = 2 * np.log(t) + (4 * k - 2) * np.log(rho)
+    x = np.exp(np.minimum(log_x, 700.0))
+    return (1 - rho**2) * x / (1 + x)
+
+
+def steps_to_tolerance(sigma: Any, exact: float, rtol: float) -> int | None:
+    """First step k (1-based) with ``1 - sigma[k-1]/exact <= rtol``, or None.
+
+    Parameters
+    ----------
+    sigma : array_like, shape (iters,)
+        Estimates, e.g. ``power_iteration(...).sigma``.
+    exact : float
+        The exact :math:`\\sigma_1 > 0`.
+    rtol : float
+        Relative tolerance, positive.
+    """
+    sig = as_real_array(sigma, "sigma", ndim=1)
+    exact = as_positive_float(exact, "exact")
+    rtol = as_positive_float(rtol, "rtol")
+    hit = np.nonzero(1 - sig / exact <= rtol)[0]
+    return int(hit[0]) + 1 if hit.size else None
+
+
+def matrix_with_spectrum(
+    singular_values: Any, shape: tuple[int, int] | None = None, seed: int = 0
+) -> np.ndarray:
+    r"""A random matrix :math:`U \operatorname{diag}(s) V^\top` with prescribed
+    singular values and Haar-random orthonormal :math:`U, V`.
+
+    Parameters
+    ----------
+    singular_values : array_like, shape (r,)
+        Non-negative, in any order.
+    shape : (m, n), optional
+        With m, n >= r. Default (r, r).
+    seed : int
+
+    Returns
+    -------
+    ndarray, shape (m, n)
+    """
+    s = as_real_array(singular_values, "singular_values", ndim=1)
+    if np.any(s < 0):
+        raise ValueError("singular_values must be non-negative; got a negative entry")
+    r = s.size
+    m, n = (r, r) if shape is None else shape
+    m = as_int_at_least(m, "shape[0]", r)
+    n = as_int_at_least(n, "shape[1]", r)
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((m, r)))[0]
+    V = np.linalg.qr(rng.standard_normal((n, r)))[0]
+    return (U * s) @ V.T
+
+
+class CountingOperator(LinearOperator):
+    """A LinearOperator that counts its products with A and with A^T.
+
+    Parameters
+    ----------
+    A : array_like, shape (m, n), or LinearOperator
+    """
+
+    def __init__(self, A: Any) -> None:
+        self._op = as_operator(A)
+        super().__init__(dtype=np.float64, shape=self._op.shape)
+        self.count = 0
+
+    def _matvec(self, x):
+        self.count += 1
+        return self._op.matvec(x)
+
+    def _rmatvec(self, x):
+        self.count += 1
+        return self._op.rmatvec(x)
+
+    def _matmat(self, X):
+        self.count += X.shape[1]
+        return self._op.matmat(X)
+
+    def _rmatmat(self, X):
+        self.count += X.shape[1]
+        return self._op.rmatmat(X)
+
+
+def lanczos_cost(A: Any, tol: float, seed: int = 0) -> tuple[int, float]:
+    r"""Products with A or A^T that ``scipy.sparse.linalg.svds`` (ARPACK,
+    implicitly restarted Lanczos on :math:`A^\top A`) uses for :math:`\sigma_1` at
+    tolerance ``tol``. Every product with the Gram operator counts as two.
+
+    Parameters
+    ----------
+    A : array_like, shape (m, n), or LinearOperator, with min(m, n) >= 2
+    tol : float
+        ARPACK's relative tolerance, positive.
+    seed : int
+        Seed of the starting vector.
+
+    Returns
+    -------
+    matvecs : int
+    sigma : float
+        The estimate.
+    """
+    counter = CountingOperator(A)
+    tol = as_positive_float(tol, "tol")
+    if min(counter.shape) < 2:
+        raise ValueError(f"A must have min(m, n) >= 2 for svds; got shape {counter.shape}")
+    v0 = np.random.default_rng(seed).standard_normal(min(counter.shape))
+    s = svds(counter, k=1, tol=tol, return_singular_vectors=False, v0=v0)
+    return counter.count, float(s[0])
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """The record of spectral normalisation on a drifting weight.
+
+    Attributes
+    ----------
+    sigma_hat : ndarray, shape (steps,)
+        The estimate used at each step.
+    sigma : ndarray, shape (steps,)
+        The exact :math:`\\sigma_1(W_t)`.
+    """
+
+    sigma_hat: np.ndarray
+    sigma: np.ndarray
+
+    @property
+    def underestimate(self) -> np.ndarray:
+        """Relative underestimate :math:`1 - \\hat\\sigma_t/\\sigma_1(W_t)`, shape (steps,)."""
+        return 1 - self.sigma_hat / self.sigma
+
+
+def track_drift(
+    W0: Any, steps: int, drift: float, persistent: bool = True, iters: int = 1,
+    seed: int = 0,
+) -> Tracking:
+    r"""Spectral normalisation of a weight that drifts as a random walk.
+
+    :math:`W_t = W_{t-1} + \eta\,\|W_0\|_F\, G_t/\sqrt{mn}`, with :math:`G_t`
+    i.i.d. standard normal (m, n) matrices, so each step moves :math:`W` by
+    about :math:`\eta\|W_0\|_F` in Frobenius norm. At every step the estimate is
+    ``iters`` power steps from the previous ``u`` (``persistent``, as in
+    training) or from a fresh random ``u``.
+
+    Parameters
+    ----------
+    W0 : array_like, shape (m, n)
+    steps : int
+        At least 1.
+    drift : float
+        :math:`\eta \ge 0`.
+    persistent : bool
+    iters : int
+        Power steps per update, at least 1.
+    seed : int
+        Seeds the walk and the fresh starts (the walk is the same for both modes).
+
+    Returns
+    -------
+    Tracking
+    """
+    W = as_real_array(W0, "W0", ndim=2).copy()
+    steps = as_int_at_least(steps, "steps", 1)
+    drift = as_positive_float(drift, "drift", allow_zero=True)
+    persistent = as_bool(persistent, "persistent")
+    iters = as_int_at_least(iters, "iters", 1)
+    m, n = W.shape
+    walk = np.random.default_rng(seed)
+    starts = np.random.default_rng([seed, 1])
+    scale = drift * np.linalg.norm(W) / np.sqrt(m * n)
+    u = starts.standard_normal(m)
+    est, exact = np.empty(steps), np.empty(steps)
+    for t in range(steps):
+        if t:
+            W += scale * walk.standard_normal((m, n))
+        u0 = u if persistent else starts.standard_normal(m)
+        run = power_iteration(W, iters, u0=u0)
+        u = run.u
+        est[t] = run.sigma[-1]
+        exact[t] = np.linalg.norm(W, 2)
+    return Tracking(sigma_hat=est, sigma=exact)
+
+
+# --------------------------------------------------------------------------
+# Compositions: the product of spectral norms against the true constant
+# --------------------------------------------------------------------------
+def _check_weights(weights: Any) -> list[np.ndarray]:
+    if isinstance(weights, np.ndarray) or not isinstance(weights, (list, tuple)):
+        raise TypeError("weights must be a list of 2-D arrays [W_1, ..., W_L]; "
+                        f"got {type(weights).__name__}")
+    if len(weights) < 1:
+        raise ValueError("weights must contain at least one matrix; got an empty list")
+    ws = [as_real_array(w, f"weights[{i}]", ndim=2) for i, w in enumerate(weights)]
+    for i in range(1, len(ws)):
+        if ws[i].shape[0] != ws[i - 1].shape[1]:
+            raise ValueError(f"weights[{i}] must have {ws[i - 1].shape[1]} rows to follow "
+                             f"weights[{i - 1}] of shape {ws[i - 1].shape}; got {ws[i].shape}")
+    return ws
+
+
+def product_bound(weights: Any) -> float:
+    r"""The composition bound :math:`\prod_l \|W_l\|_2` for the bias-free ReLU
+    network :math:`x \mapsto \mathrm{relu}(\cdots\mathrm{relu}(x W_1)\cdots) W_L`
+    (rows are inputs, as in the book).
+
+    Parameters
+    ----------
+    weights : list of ndarray, shapes (d_0, d_1), (d_1, d_2), ..., (d_{L-1}, d_L)
+
+    Returns
+    -------
+    float
+    """
+    return float(np.prod([np.linalg.norm(w, 2) for w in _check_weights(weights)]))
+
+
+def relu_mlp_jacobian_norms(weights: Any, X: Any) -> np.ndarray:
+    r"""Exact :math:`\|J(x)\|_2` of the bias-free ReLU network at each row x of X.
+
+    :math:`J(x) = W_1 D_1(x) W_2 \cdots D_{L-1}(x) W_L` (row-vector convention),
+    with :math:`D_l(x)` the 0/1 diagonal of active units. The network is
+    positively homogeneous, so :math:`J(tx) = J(x)` for :math:`t > 0`.
+
+    Parameters
+    ----------
+    weights : list of ndarray, see :func:`product_bound`
+    X : array_like, shape (M, d_0)
+
+    Returns
+    -------
+    ndarray, shape (M,)
+    """
+    ws = _check_weights(weights)
+    X = as_real_array(X, "X", ndim=2)
+    if X.shape[1] != ws[0].shape[0]:
+        raise ValueError(f"X must have {ws[0].shape[0]} columns; got shape {X.shape}")
+    h = X @ ws[0]
+    J = np.broadcast_to(ws[0], (X.shape[0], *ws[0].shape))
+    for w in ws[1:]:
+        J = (J * (h > 0)[:, None, :]) @ w
+        h = np.maximum(h, 0.0) @ w
+    return np.linalg.norm(J, 2, axis=(1, 2))
+
+
+def pattern_bound(weights: Any) -> float:
+    r"""The largest :math:`\|W_1 D_1 W_2 \cdots D_{L-1} W_L\|_2` over **all** 0/1
+    diagonals :math:`D_l`, realisable by an input or not: an upper bound on the
+    Lipschitz constant of the bias-free ReLU network, at most
+    :func:`product_bound`. Exhaustive: the hidden widths must total at most 16.
+
+    Parameters
+    ----------
+    weights : list of ndarray, see :func:`product_bound`
+
+    Returns
+    -------
+    float
+    """
+    ws = _check_weights(weights)
+    widths = [w.shape[1] for w in ws[:-1]]
+    if sum(widths) > 16:
+        raise ValueError(f"weights must have hidden widths totalling at most 16 for the "
+                         f"exhaustive search; got {widths}")
+    n = sum(widths)
+    bits = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(float)
+    J = np.broadcast_to(ws[0], (bits.shape[0], *ws[0].shape))
+    start = 0
+    for w, width in zip(ws[1:], widths, strict=True):
+        J = (J * bits[:, None, start:start + width]) @ w
+        start += width
+    return float(np.max(np.linalg.norm(J, 2, axis=(1, 2))))
+
+
+# --------------------------------------------------------------------------
+# The entropy floor
+# --------------------------------------------------------------------------
+def entropy_floor(T: int, s: Any) -> np.ndarray:
+    r"""The smallest entropy of :math:`\mathrm{softmax}(a)` over logit vectors
+    :math:`a \in \mathbb R^T` with centred norm :math:`\|a - \bar a\mathbf 1\|_2 \le s`.
+
+    It is the entropy of the one-spike vector
+    :math:`a = \alpha(e_1 - \mathbf 1/T)`, :math:`\alpha = s\sqrt{T/(T-1)}`:
+
+    .. math:: H_{\min}(T, s) = \log(1 + (T-1)\beta)
+       + \frac{s\sqrt{T(T-1)}\,\beta}{1 + (T-1)\beta},
+       \qquad \beta = e^{-\alpha}.
+
+    That the one-spike vector is the minimiser is proved in the chapter: the
+    Lagrange conditions leave two distinct values in a minimiser, and the
+    second-order conditions leave a single entry at the upper one. Computed
+    without overflow for any finite ``s``; for huge ``s`` the floor underflows
+    to 0.
+
+    Parameters
+    ----------
+    T : int
+        Number of keys, at least 2.
+    s : float or array_like
+        Centred-norm budgets, finite and non-negative.
+
+    Returns
+    -------
+    ndarray, shape of ``s`` (0-d for a scalar), in nats
+    """
+    T = as_int_at_least(T, "T", 2)
+    s_arr = np.asarray(s)
+    if s_arr.dtype == bool or not (np.issubdtype(s_arr.dtype, np.integer)
+                                   or np.issubdtype(s_arr.dtype, np.floating)):
+        raise TypeError(f"s must be a finite non-negative real array; got dtype {s_arr.dtype}")
+    s_arr = s_arr.astype(float)
+    if not np.all(np.isfinite(s_arr)) or np.any(s_arr < 0):
+        raise ValueError(f"s must be finite and non-negative; got {s!r}")
+    alpha = s_arr * np.sqrt(T / (T - 1))
+    beta = np.exp(-alpha)
+    q = (T - 1) * beta
+    return np.log1p(q) + alpha * q / (1 + q)
+
+
+def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
+    r"""The least softmax entropy over centred logit vectors of norm ``s`` whose
+    entries take **at most three distinct values** (a numerical search).
+
+    Every minimiser of the entropy on the sphere has this form (indeed it has
+    two values; see the chapter), so this search is an independent numerical
+    check of :func:`entropy_floor` over a superset of the candidates. For each
+    count triple :math:`(n_1, n_2, n_3)`, :math:`n_1 + n_2 + n_3 = T`, the levels
+    lie on a circle (two linear-quadratic constraints on three numbers); the
+    circle is scanned at ``grid`` angles and the best angle refined by
+    golden-section search. Two-level vectors are the
+    points of those circles where two levels coincide.
+
+    Parameters
+    ----------
+    T : int
+        At least 2 (at most 200: the search visits about T^2/2 triples).
+    s : float
+        Centred norm, finite and non-negative.
+    grid : int
+        Angles per circle, at least 16.
+
+    Returns
+    -------
+    float
+        The smallest entropy found (nats); never below the true minimum over
+        three-level vectors by more than rounding.
+    """
+    T = as_int_at_least(T, "T", 2)
+    if T > 200:
+        raise ValueError(f"T must be at most 200 for the search; got {T}")
+    s = as_positive_float(s, "s", allow_zero=True)
+    grid = as_int_at_least(grid, "grid", 16)
+    if T == 2:
+        return float(entropy_floor(2, s))
+    n = np.array([(a, b, T - a - b) for a in range(1, T - 1) for b in range(1, T - a)],
+                 float)                                      # (K, 3) count triples
+    w = np.sqrt(n)
+    basis = np.linalg.svd(w[:, None, :])[2][:, 1:, :]       # (K, 2, 3), orthogonal to sqrt(n)
+    e1, e2 = basis[:, 0] / w, basis[:, 1] / w               # n-orthonormal, n-centred levels
+
+    def ent(ph: np.ndarray) -> np.ndarray:
+        """Entropy at angles ph, shape (K, G) -> (K, G)."""
+        lev = s * (np.cos(ph)[..., None] * e1[:, None, :] + np.sin(ph)[..., None] * e2[:, None, :])
+        lev = lev - lev.max(axis=-1, keepdims=True)
+        wts = n[:, None, :] * np.exp(lev)
+        z = wts.sum(axis=-1)
+        return np.log(z) - (wts * lev).sum(axis=-1) / z
+
+    phi = np.broadcast_to(np.linspace(0, 2 * np.pi, grid, endpoint=False), (n.shape[0], grid))
+    vals = ent(phi)
+    i = np.argmin(vals, axis=1)
+    lo = phi[0, i] - 2 * np.pi / grid
+    hi = phi[0, i] + 2 * np.pi / grid
+    g = (np.sqrt(5) - 1) / 2
+    for _ in range(40):  # golden-section refinement, all triples at once
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        left = ent(a[:, None])[:, 0] < ent(b[:, None])[:, 0]
+        hi = np.where(left, b, hi)
+        lo = np.where(left, lo, a)
+    refined = ent((0.5 * (lo + hi))[:, None])[:, 0]
+    return float(min(vals.min(), refined.min()))

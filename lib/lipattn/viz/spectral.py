@@ -1,0 +1,506 @@
+"""Figures, experiments and explorers of the spectral-normalisation chapter.
+
+The mathematics is in :mod:`lipattn.spectral`; this module arranges it into
+figures. Randomness comes from ``np.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from .. import plotting
+from .._validate import as_int_at_least, as_positive_float
+from ..spectral import (
+    entropy_floor,
+    lanczos_cost,
+    matrix_with_spectrum,
+    power_iteration,
+    predicted_error,
+    product_bound,
+    relu_mlp_jacobian_norms,
+    steps_to_tolerance,
+    track_drift,
+)
+from ..widgets import Explorer, Slider, register
+
+__all__ = [
+    "rotation_matrix",
+    "fig_intuition",
+    "rate_experiment",
+    "fig_rate",
+    "cost_experiment",
+    "fig_cost",
+    "random_mlp",
+    "mlp_bounds",
+    "fig_mlp",
+    "tracking_summary",
+    "fig_tracking",
+    "random_logit_entropies",
+    "fig_entropy_floor",
+    "PowerExplorer",
+    "TrackingExplorer",
+]
+
+#: Floor of log axes for errors that are exactly 0 (converged to rounding).
+_ERR_FLOOR = 1e-17
+
+
+def _rel_err(sig_sq_err: np.ndarray) -> np.ndarray:
+    """1 - sqrt(1 - e), computed stably, from the squared-estimate error e."""
+    e = np.asarray(sig_sq_err, float)
+    return e / (1 + np.sqrt(np.clip(1 - e, 0, None)))
+
+
+def rotation_matrix(angle: float) -> np.ndarray:
+    """The 2 x 2 rotation by ``angle`` radians."""
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, -s], [s, c]])
+
+
+# --------------------------------------------------------------------------
+# Intuition: the unit circle, its image, the iterates
+# --------------------------------------------------------------------------
+_PSI = math.radians(30.0)  # the left singular vectors are rotated by 30 degrees
+
+
+def _two_by_two(rho: float) -> np.ndarray:
+    """W = R(30 deg) diag(1, rho): right singular vectors e_1, e_2, sigma = (1, rho)."""
+    return rotation_matrix(_PSI) @ np.diag([1.0, rho])
+
+
+def _start(theta_deg: float) -> np.ndarray:
+    """u_0 at angle theta to the top left singular vector u_1 = (cos psi, sin psi).
+
+    At 90 degrees u_0 = (-sin psi, cos psi) exactly, so W^T u_0 has an exactly
+    zero first component in floating point (cos*(-sin) + sin*cos = 0).
+    """
+    if theta_deg == 90:
+        return np.array([-math.sin(_PSI), math.cos(_PSI)])
+    return rotation_matrix(math.radians(theta_deg)) @ np.array([math.cos(_PSI), math.sin(_PSI)])
+
+
+def _iterates(W: np.ndarray, u0: np.ndarray, iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """The right vectors v_1..v_k and the estimates, by the library's power iteration."""
+    vs, sig = [], []
+    u = u0
+    for _ in range(iters):
+        run = power_iteration(W, 1, u0=u)
+        vs.append(run.v)
+        sig.append(run.sigma[0])
+        u = run.u
+    return np.array(vs), np.array(sig)
+
+
+def _draw_geometry(ax, W: np.ndarray, vs: np.ndarray) -> None:
+    t = np.linspace(0, 2 * np.pi, 200)
+    circle = np.stack([np.cos(t), np.sin(t)])
+    ax.plot(*circle, color=plotting.ONE_COLOR, lw=1, label="unit circle ($v$)")
+    ax.plot(*(W @ circle), color="C0", lw=1.4, label=r"image ellipse ($Wv$)")
+    for i, v in enumerate(vs):
+        alpha = 0.25 + 0.75 * (i + 1) / len(vs)
+        ax.annotate("", xy=W @ v, xytext=(0, 0),
+                    arrowprops={"arrowstyle": "->", "color": "C1", "alpha": alpha, "lw": 1.3})
+        ax.plot(*v, "o", color="k", ms=3, alpha=alpha)
+    ax.set_aspect("equal")
+    ax.set_xlim(-1.15, 1.15)
+    ax.set_ylim(-1.15, 1.15)
+
+
+def fig_intuition(rho: float = 0.6, theta_deg: float = 70.0, iters: int = 4) -> Figure:
+    """The circle, its image ellipse under W, and the first power iterates;
+    right: the estimates climbing to sigma_1 from below."""
+    W = _two_by_two(rho)
+    vs, sig = _iterates(W, _start(theta_deg), iters)
+    fig, (ax, ax2) = plotting.figure(2, width=8.4, height=4.0,
+                                     gridspec_kw={"width_ratios": [1, 1.1]})
+    _draw_geometry(ax, W, vs)
+    ax.set_title(r"$v_k$ (dots) and $Wv_k$ (arrows)", fontsize=10)
+    ax.legend(loc="lower left", fontsize=7.5)
+    k = np.arange(1, iters + 1)
+    ax2.plot(k, sig, "o-", color="C1", label=r"$\hat\sigma_k = \|Wv_k\|$")
+    ax2.axhline(1.0, color="k", ls="--", lw=1, label=r"$\sigma_1 = 1$")
+    ax2.axhline(rho, color=plotting.ONE_COLOR, ls=":", lw=1, label=rf"$\sigma_2 = {rho}$")
+    ax2.set_xlabel("step $k$")
+    ax2.set_ylabel("estimate")
+    ax2.set_xticks(k)
+    ax2.set_ylim(rho - 0.05, 1.05)
+    ax2.legend(loc="lower right")
+    ax2.set_title("every estimate is below $\\sigma_1$", fontsize=10)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# The rate: measured against (sigma_2/sigma_1)^(4k)
+# --------------------------------------------------------------------------
+def rate_experiment(rhos=(0.5, 0.8, 0.95), iters: int = 60, seed: int = 0) -> dict:
+    """Power iteration on 60 x 40 matrices with sigma_1 = 1, sigma_2 = rho and the
+    other singular values in [0.01, rho/2]. Returns the squared-estimate errors
+    1 - sigma_hat_k^2, the fitted log-slopes per step over the range where the
+    error is between 1e-13 and 1e-3, and the predicted slope 4 log(rho)."""
+    out = {"k": np.arange(1, iters + 1), "rhos": tuple(rhos), "err": {}, "slope": {},
+           "tan2": {}}
+    for i, rho in enumerate(rhos):
+        s = np.r_[1.0, rho, np.linspace(rho / 2, 0.01, 38)]
+        A = matrix_with_spectrum(s, (60, 40), seed=seed + i)
+        u0 = np.random.default_rng(seed + 100 + i).standard_normal(60)
+        err = 1 - power_iteration(A, iters, u0=u0).sigma ** 2
+        U = np.linalg.svd(A)[0][:, :40]
+        b = U.T @ u0
+        out["tan2"][rho] = float(np.sum(b[1:] ** 2) / b[0] ** 2)
+        ks = np.nonzero((err > 1e-13) & (err < 1e-3))[0]
+        out["slope"][rho] = float(np.polyfit(ks, np.log(err[ks]), 1)[0])
+        out["err"][rho] = err
+    return out
+
+
+def fig_rate(data: dict) -> Figure:
+    """Measured 1 - sigma_hat^2/sigma_1^2 against k (log axis), with the bound
+    tan^2(theta_0) rho^(4k-2) dashed."""
+    fig, ax = plotting.figure(width=8.4, height=3.3)
+    k = data["k"]
+    for i, rho in enumerate(data["rhos"]):
+        c = f"C{i}"
+        ax.semilogy(k, np.maximum(data["err"][rho], _ERR_FLOOR), "o-", ms=3, color=c,
+                    label=rf"$\rho = {rho}$: slope {data['slope'][rho] / math.log(rho):.2f}"
+                          r"$\,\log\rho$")
+        ax.semilogy(k, data["tan2"][rho] * rho ** (4.0 * k - 2), "--", color=c, lw=1)
+    ax.set_ylim(1e-16, 10)
+    ax.set_xlim(0, k[-1] + 1)
+    ax.set_xlabel("step $k$ (2 products with $A$ or $A^\\top$ each)")
+    ax.set_ylabel(r"$1 - \hat\sigma_k^2/\sigma_1^2$ (log)")
+    ax.set_title(r"measured error (dots) and the bound $\tan^2\theta_0\,\rho^{4k-2}$ (dashed)",
+                 fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8.5)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Power iteration against Lanczos
+# --------------------------------------------------------------------------
+def cost_experiment(gaps=None, rtol: float = 1e-8, n: int = 400, seed: int = 0) -> dict:
+    """Products with A or A^T to reach relative error ``rtol`` in sigma_1, against
+    the gap 1 - sigma_2/sigma_1, for power iteration (2 per step) and for
+    ``svds`` (ARPACK Lanczos, tolerance ``rtol``), on n x n matrices with
+    sigma_1 = 1, sigma_2 = 1 - gap and the rest uniform in [0, sigma_2)."""
+    gaps = np.geomspace(2e-3, 0.5, 7) if gaps is None else np.asarray(gaps, float)
+    rtol = as_positive_float(rtol, "rtol")
+    n = as_int_at_least(n, "n", 4)
+    power, lanczos, lanczos_err = [], [], []
+    # one pair of random orthogonal factors for every gap (two QRs, not 2 per gap)
+    base = matrix_with_spectrum(np.ones(n), seed=seed)       # = U V^T
+    U = np.linalg.qr(np.random.default_rng(seed + 1).standard_normal((n, n)))[0]
+    V = base.T @ U                                            # orthogonal too
+    for gap in gaps:
+        rho = 1 - gap
+        s = np.r_[1.0, rho, np.linspace(rho, 0.0, n - 1)[1:]]
+        A = (U * s) @ V.T
+        # enough steps for the bound tan^2 rho^(4k-2) <= rtol with tan^2 <= 1e4
+        iters = int(min(40_000, 2 + math.log(rtol / 1e4) / (4 * math.log(rho))))
+        k = steps_to_tolerance(power_iteration(A, iters, seed=seed).sigma, 1.0, rtol)
+        power.append(np.nan if k is None else 2 * k)
+        m, sig = lanczos_cost(A, rtol, seed=seed)
+        lanczos.append(m)
+        lanczos_err.append(1 - sig)
+    return {"gap": gaps, "power": np.array(power, float), "lanczos": np.array(lanczos, float),
+            "lanczos_err": np.array(lanczos_err), "rtol": rtol}
+
+
+def fig_cost(data: dict) -> Figure:
+    """Matrix-vector products against the gap, log-log, with 1/gap and
+    1/sqrt(gap) guides."""
+    fig, ax = plotting.figure(width=8.4, height=3.3)
+    g = data["gap"]
+    ax.loglog(g, data["power"], "o-", color="C1", label="power iteration")
+    ax.loglog(g, data["lanczos"], "s-", color="C0", label="Lanczos (scipy svds)")
+    ax.loglog(g, data["power"][-1] * g[-1] / g, ":", color="C1", lw=1,
+              label=r"$\propto 1/\mathrm{gap}$")
+    ax.loglog(g, data["lanczos"][0] * np.sqrt(g[0] / g), ":", color="C0", lw=1,
+              label=r"$\propto 1/\sqrt{\mathrm{gap}}$")
+    ax.set_xlabel(r"gap $1 - \sigma_2/\sigma_1$ (log)")
+    ax.set_ylabel("products with $A$ or $A^\\top$ (log)")
+    ax.set_title(f"products to reach relative error {data['rtol']:.0e}", fontsize=10)
+    ax.legend(loc="upper right", fontsize=8.5)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Why the spectral norm: the composition bound
+# --------------------------------------------------------------------------
+def random_mlp(widths, seed: int = 0) -> list[np.ndarray]:
+    """He-initialised bias-free ReLU network weights, shapes (w_0, w_1), (w_1, w_2), ..."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((a, b)) * math.sqrt(2 / a)
+            for a, b in zip(widths[:-1], widths[1:], strict=True)]
+
+
+def mlp_bounds(depths=range(1, 9), width: int = 16, samples: int = 4000, seed: int = 0) -> dict:
+    """For networks of each depth (``width`` units per layer): the product of
+    spectral norms and the largest ||J(x)||_2 over ``samples`` random inputs
+    (a lower bound on the Lipschitz constant; the network is positively
+    homogeneous, so directions suffice)."""
+    depths = list(depths)
+    prod, sampled = [], []
+    x = np.random.default_rng(seed + 999).standard_normal((samples, width))
+    for L in depths:
+        ws = random_mlp([width] * (L + 1), seed=seed + L)
+        prod.append(product_bound(ws))
+        sampled.append(float(relu_mlp_jacobian_norms(ws, x).max()))
+    return {"depth": np.array(depths), "product": np.array(prod), "sampled": np.array(sampled)}
+
+
+def fig_mlp(data: dict) -> Figure:
+    fig, (ax, ax2) = plotting.figure(2, width=8.4, height=3.2)
+    d = data["depth"]
+    ax.semilogy(d, data["product"], "o-", color="C1", label=r"$\prod_l \|W_l\|_2$")
+    ax.semilogy(d, data["sampled"], "s-", color="C0", label=r"largest sampled $\|J(x)\|_2$")
+    ax.set_xlabel("depth (layers)")
+    ax.set_ylabel("norm (log)")
+    ax.legend(loc="upper left")
+    ax.set_title("the bound and the truth", fontsize=10)
+    ax2.semilogy(d, data["product"] / data["sampled"], "o-", color="k")
+    ax2.set_xlabel("depth (layers)")
+    ax2.set_ylabel("ratio (log)")
+    ax2.set_title("looseness of the product bound", fontsize=10)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Training: persistent against fresh u
+# --------------------------------------------------------------------------
+_TRACK_SHAPE = 48
+_TRACK_STEPS = 200
+_DRIFTS = (0.001, 0.003, 0.01, 0.03, 0.1)
+
+
+@lru_cache(maxsize=2)
+def tracking_weight(seed: int = 3) -> np.ndarray:
+    """The starting weight of the tracking experiments: 48 x 48, sigma_1 = 1,
+    sigma_2 = 0.8, the rest evenly in [0.05, 0.7]."""
+    s = np.r_[1.0, 0.8, np.linspace(0.7, 0.05, _TRACK_SHAPE - 2)]
+    W = matrix_with_spectrum(s, seed=seed)
+    W.setflags(write=False)
+    return W
+
+
+@lru_cache(maxsize=4)
+def _tracks(seed: int = 1) -> dict:
+    W = tracking_weight()
+    out = {}
+    for drift in _DRIFTS:
+        for mode, (pers, it) in {"persistent": (True, 1), "fresh": (False, 1),
+                                 "fresh15": (False, 15)}.items():
+            out[drift, mode] = track_drift(W, _TRACK_STEPS, drift, persistent=pers, iters=it,
+                                           seed=seed)
+    return out
+
+
+def tracking_summary(seed: int = 1) -> dict:
+    """Median relative underestimate over steps 20..199 for each drift rate:
+    persistent u with one step, fresh u with one step, fresh u with 15 steps."""
+    tr = _tracks(seed)
+    modes = ("persistent", "fresh", "fresh15")
+    return {"drift": np.array(_DRIFTS),
+            **{m: np.array([np.median(tr[d, m].underestimate[20:]) for d in _DRIFTS])
+               for m in modes}}
+
+
+def fig_tracking(summary: dict) -> Figure:
+    fig, ax = plotting.figure(width=8.4, height=3.2)
+    d = summary["drift"]
+    ax.loglog(d, summary["persistent"], "o-", color="C0", label="persistent $u$, 1 step")
+    ax.loglog(d, summary["fresh"], "s-", color="C1", label="fresh $u$, 1 step")
+    ax.loglog(d, summary["fresh15"], "^-", color="C3", label="fresh $u$, 15 steps")
+    ax.set_xlabel(r"drift per step $\eta$ (log)")
+    ax.set_ylabel(r"median $1 - \hat\sigma_t/\sigma_1(W_t)$ (log)")
+    ax.set_title("how far spectral normalisation undershoots while W moves", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8.5)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# The entropy floor
+# --------------------------------------------------------------------------
+def random_logit_entropies(T: int, s: np.ndarray, samples: int = 400, seed: int = 0) -> np.ndarray:
+    """Entropies of softmax(a) for random Gaussian directions a rescaled to centred
+    norm s; shape (len(s), samples)."""
+    T = as_int_at_least(T, "T", 2)
+    g = np.random.default_rng(seed).standard_normal((samples, T))
+    g -= g.mean(axis=1, keepdims=True)
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    a = np.asarray(s, float)[:, None, None] * g[None]
+    a = a - a.max(axis=-1, keepdims=True)
+    w = np.exp(a)
+    z = w.sum(axis=-1)
+    return np.log(z) - (w * a).sum(axis=-1) / z
+
+
+def fig_entropy_floor(Ts=(2, 16, 256), samples: int = 400) -> Figure:
+    s = np.geomspace(0.1, 60, 120)
+    fig, ax = plotting.figure(width=8.4, height=3.3)
+    for i, T in enumerate(Ts):
+        c = f"C{i}"
+        ax.loglog(s, entropy_floor(T, s), color=c, label=f"floor, $T = {T}$")
+        if T > 2:
+            h = random_logit_entropies(T, s, samples, seed=T)
+            lo, med = np.quantile(h, [0.01, 0.5], axis=1)
+            ax.fill_between(s, lo, med, color=c, alpha=0.18, lw=0)
+            ax.loglog(s, med, ":", color=c, lw=1.2, label=f"random logits, median, $T = {T}$")
+    ax.set_ylim(1e-6, 8)
+    ax.set_xlabel(r"centred logit norm $s = \|a - \bar a\mathbf{1}\|_2$ (log)")
+    ax.set_ylabel("entropy, nats (log)")
+    ax.set_title("the floor (one spike) and random logits (median, band down to 1 %)",
+                 fontsize=10)
+    ax.legend(loc="lower left", fontsize=8, ncol=2)
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Explorer 1: power iteration in the plane
+# --------------------------------------------------------------------------
+_K_MAX = 8
+_RHOS = (0.5, 0.9, 0.99)
+_ANGLES = (10, 75, 89, 90)
+
+
+@lru_cache(maxsize=1)
+def power_explorer_data() -> dict:
+    """Iterates and estimates for every (rho, angle), computed once."""
+    out = {}
+    for rho in _RHOS:
+        W = _two_by_two(rho)
+        for ang in _ANGLES:
+            vs, sig = _iterates(W, _start(ang), _K_MAX)
+            k = np.arange(1, _K_MAX + 1)
+            if ang == 90:
+                pred = np.full(_K_MAX, 1 - rho)  # stays at sigma_2
+            else:
+                pred = _rel_err(predicted_error(1.0, rho, math.tan(math.radians(ang)), k))
+            out[rho, ang] = (vs, sig, pred)
+    return out
+
+
+@register
+class PowerExplorer(Explorer):
+    """Power iteration on W = R(30 deg) diag(1, rho): the geometry and the error."""
+
+    name = "spectral-power"
+    title = "Power iteration on a 2 × 2 matrix with σ₁ = 1, σ₂ = ρ"
+    slider_specs = (
+        Slider("k", tuple(range(1, _K_MAX + 1)), label="step k", default=3),
+        Slider("rho", _RHOS, label="gap ratio ρ = σ₂/σ₁", default=0.9),
+        Slider("angle", _ANGLES, label="start angle to u₁", default=75,
+               fmt=lambda a: f"{a}°"),
+    )
+    width, height = 8.4, 3.5
+
+    def setup(self, fig: Figure):
+        self._data = power_explorer_data()
+        ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.35]})
+        t = np.linspace(0, 2 * np.pi, 200)
+        self._circle = np.stack([np.cos(t), np.sin(t)])
+        ax.plot(*self._circle, color=plotting.ONE_COLOR, lw=1, label="unit circle ($v$)")
+        (self._ellipse,) = ax.plot([], [], color="C0", lw=1.4, label="ellipse ($Wv$)")
+        (self._axis,) = ax.plot([], [], "--", color="k", lw=0.8, label=r"$\pm\sigma_1 u_1$")
+        (self._trail,) = ax.plot([], [], "o", color="k", ms=3, alpha=0.35)
+        (self._v,) = ax.plot([], [], color="k", lw=1.6, label="$v_k$")
+        (self._wv,) = ax.plot([], [], color="C1", lw=2.2, label="$Wv_k$")
+        ax.set_aspect("equal")
+        ax.set_xlim(-1.15, 1.15)
+        ax.set_ylim(-1.15, 1.15)
+        ax.legend(loc="lower left", fontsize=7, ncol=2, handlelength=1.2)
+        ax.set_title(r"$v_k$ and $Wv_k$", fontsize=9.5)
+        k = np.arange(1, _K_MAX + 1)
+        (self._pred,) = ax2.semilogy(k, np.ones(_K_MAX), "--", color="C3", lw=1.2,
+                                     label="predicted (closed form)")
+        (self._all,) = ax2.semilogy(k, np.ones(_K_MAX), "o", color="C0", ms=3, alpha=0.3)
+        (self._done,) = ax2.semilogy(k[:1], [1.0], "o-", color="C0", ms=5,
+                                     label=r"measured $1 - \hat\sigma_k/\sigma_1$")
+        ax2.set_ylim(1e-13, 2)
+        ax2.set_xlim(0.5, _K_MAX + 0.5)
+        ax2.set_xticks(k)
+        ax2.set_xlabel("step $k$")
+        ax2.set_ylabel(r"relative error (log)")
+        ax2.legend(loc="lower left", fontsize=8)
+        self._text = ax2.set_title("", fontsize=9.5)
+        # one changing text per frame: text layout is the costliest part of a redraw
+        return [self._ellipse, self._axis, self._trail, self._v, self._wv,
+                self._pred, self._all, self._done, self._text]
+
+    def update(self, k: int, rho: float, angle: int) -> None:
+        W = _two_by_two(rho)
+        vs, sig, pred = self._data[rho, angle]
+        self._ellipse.set_data(*(W @ self._circle))
+        u1 = np.array([math.cos(_PSI), math.sin(_PSI)])
+        self._axis.set_data([-u1[0], u1[0]], [-u1[1], u1[1]])
+        self._trail.set_data(vs[:k, 0], vs[:k, 1])
+        v = vs[k - 1]
+        wv = W @ v
+        self._v.set_data([0, v[0]], [0, v[1]])
+        self._wv.set_data([0, wv[0]], [0, wv[1]])
+        # plain text, not mathtext: parsing TeX would double the frame time
+        err = np.maximum(1 - sig, _ERR_FLOOR)
+        self._pred.set_ydata(np.maximum(pred, _ERR_FLOOR))
+        self._all.set_ydata(err)
+        self._done.set_data(np.arange(1, k + 1), err[:k])
+        note = "stuck at σ₂" if angle == 90 else f"×{rho**4:.3g} per step"
+        self._text.set_text(f"‖Wvₖ‖ = {sig[k - 1]:.10f}, error {1 - sig[k - 1]:.1e}, {note}")
+
+
+# --------------------------------------------------------------------------
+# Explorer 2: tracking a drifting weight
+# --------------------------------------------------------------------------
+@register
+class TrackingExplorer(Explorer):
+    """Spectral normalisation of a drifting W: persistent or fresh u."""
+
+    name = "spectral-tracking"
+    title = "Spectral normalisation while W drifts (48 × 48, σ₂/σ₁ = 0.8 at the start)"
+    slider_specs = (
+        Slider("drift", _DRIFTS, label="drift per step η", default=0.01),
+        Slider("persistent", (True, False), label="u",
+               fmt=lambda p: "persistent" if p else "fresh each step"),
+    )
+    width, height = 8.4, 3.2
+
+    def setup(self, fig: Figure):
+        self._tr = _tracks()
+        ax, ax2 = fig.subplots(1, 2)
+        t = np.arange(_TRACK_STEPS)
+        self._lines = {}
+        for key, color, label in (("persistent", "C0", "persistent $u$"),
+                                  ("fresh", "C1", "fresh $u$ each step")):
+            (self._lines[key],) = ax.semilogy(t, np.ones_like(t, float), color=color,
+                                              lw=1.4, label=label)
+        ax.set_ylim(1e-12, 1.5)
+        ax.set_xlim(0, _TRACK_STEPS)
+        ax.set_xlabel("training step $t$")
+        ax.set_ylabel(r"$1 - \hat\sigma_t/\sigma_1(W_t)$ (log)")
+        ax.legend(loc="lower right", fontsize=8)
+        self._title = ax.set_title("", fontsize=9.5)
+        (self._norm,) = ax2.plot(t, np.ones_like(t, float), color="C4", lw=1.2,
+                                 label=r"$\|W_t/\hat\sigma_t\|_2$")
+        ax2.axhline(1.0, color="k", ls="--", lw=1, label="target 1")
+        ax2.set_ylim(0.95, 2.6)
+        ax2.set_xlim(0, _TRACK_STEPS)
+        ax2.set_xlabel("training step $t$")
+        ax2.set_ylabel("normalised spectral norm")
+        ax2.legend(loc="upper right", fontsize=8)
+        ax2.set_title("the chosen mode", fontsize=9.5)
+        return [*self._lines.values(), self._title, self._norm]
+
+    def update(self, drift: float, persistent: bool) -> None:
+        chosen = "persistent" if persistent else "fresh"
+        for key, line in self._lines.items():
+            line.set_ydata(np.maximum(self._tr[drift, key].underestimate, 1e-16))
+            line.set_alpha(1.0 if key == chosen else 0.3)
+            line.set_linewidth(1.6 if key == chosen else 1.0)
+        mine = self._tr[drift, chosen]
+        med = float(np.median(mine.underestimate[20:]))
+        ratio = mine.sigma / mine.sigma_hat
+        self._norm.set_ydata(ratio)
+        self._title.set_text(f"{chosen}: median {med:.1e}, max ‖W/σ̂‖₂ {ratio[20:].max():.4f}"
+                             " (t ≥ 20)")
