@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -142,21 +141,6 @@ def test_skip_data_invariants():
     for scale in viz._SKIP_SCALES:
         finals = [data[(scale, a)]["rel"][-1] for a in (0.125, 0.5, 1.0)]
         assert finals[0] > finals[1] > finals[2]
-
-
-@pytest.mark.parametrize("name", ["collapse-stack", "collapse-skip"])
-def test_explorer_render_time(name):
-    ex = get_explorer(name)
-    grid = list(ex.grid())
-    ex.render(**grid[0])
-    times = []
-    for values in grid:
-        t0 = time.perf_counter()
-        ex.render(**values)
-        times.append(time.perf_counter() - t0)
-    ms = 1e3 * np.asarray(times)
-    assert np.median(ms) <= 30 and np.percentile(ms, 95) <= 60, (np.median(ms),
-                                                                 np.percentile(ms, 95))
 
 
 def test_explorer_rejects_bad_values():
