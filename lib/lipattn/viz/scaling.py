@@ -415,38 +415,49 @@ def gradient_curves(n_keys: int = 64, ds: tuple[int, ...] = D_GRID, samples: int
                     seed: int = 0) -> dict:
     """:func:`lipattn.scaling.gradient_norms_fast` at each d, scaled and unscaled.
 
-    Returns ``{"d": ndarray, True: {name: ndarray}, False: {...}}`` with names
-    ``logits, query, keys, values`` and their ``_se``.
+    Returns ``{"d": ndarray, True: {...}, False: {...}}``; each inner dict maps
+    ``logits, query, keys, values`` and their ``_se`` to arrays of shape
+    (len(ds),) (means and standard errors), and ``<name>_q`` to arrays of
+    shape (len(ds), 3), the 10 %, 50 % and 90 % quantiles.
     """
     out: dict = {"d": np.asarray(ds)}
     names = ("logits", "query", "keys", "values")
+    fields = (*names, *(n + "_se" for n in names), *(n + "_q" for n in names))
     for scaled in (True, False):
         rows = [gradient_norms_fast(d, n_keys, scaled, samples, seed=seed + 104729 * k)
                 for k, d in enumerate(ds)]
-        out[scaled] = {n: np.array([getattr(r, n) for r in rows])
-                       for n in (*names, *(n + "_se" for n in names))}
+        out[scaled] = {f: np.array([getattr(r, f) for r in rows]) for f in fields}
     return out
 
 
 def fig_gradients(grads: dict, n_keys: int = 64) -> Figure:
-    """Mean gradient norms against d, one panel per quantity, scaled vs unscaled."""
-    fig, axes = plotting.figure(3, width=8.4, height=3.0, sharex=True)
+    """Gradient norms against d: median with a 10-90 % band, and the mean.
+
+    One panel per gradient, scaled against unscaled. The median and the band
+    show the typical query; the mean (open markers) is carried by a few.
+    """
+    fig, axes = plotting.figure(3, width=8.4, height=3.3, sharex=True)
     dd = grads["d"]
     panels = {"logits": r"logits $\|\partial L/\partial s\|$",
               "query": r"query $\|\partial L/\partial q\|$ ($\propto W_Q$)",
               "values": r"values $\|\partial L/\partial V\|_F$"}
+    floor = 1e-8
     for ax, (name, title) in zip(axes, panels.items(), strict=True):
         for scaled, color, ls, lab in ((True, _SCALED_COLOR, "-", r"with $1/\sqrt{d}$"),
                                        (False, _UNSCALED_COLOR, "--", "unscaled")):
-            ax.errorbar(dd, grads[scaled][name], yerr=2 * grads[scaled][name + "_se"],
-                        fmt="o" + ls, ms=3.5, lw=1.4, capsize=2, color=color, label=lab)
+            q = np.maximum(grads[scaled][name + "_q"], floor)
+            ax.fill_between(dd, q[:, 0], q[:, 2], color=color, alpha=0.18, lw=0)
+            ax.plot(dd, q[:, 1], ls, color=color, lw=1.6, label=f"median, {lab}")
+            ax.plot(dd, grads[scaled][name], "o", ms=4, mfc="none", color=color,
+                    label=f"mean, {lab}")
         _log2_axis(ax)
         ax.set_yscale("log")
-        ax.set_ylim(5e-3, 5)
+        ax.set_ylim(floor, 1e2)
         ax.set_xlabel("head dimension d")
         ax.set_title(title, fontsize=10)
-    axes[0].set_ylabel(f"mean norm, N = {n_keys}")
-    axes[0].legend(loc="lower left")
+    axes[0].set_ylabel(f"norm, N = {n_keys} (band: 10-90 %)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8.5)
     return fig
 
 
