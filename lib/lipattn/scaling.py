@@ -576,11 +576,13 @@ def two_token_asymptotes(sigma: float, *, terms: int = 1) -> SaturationStats:
 def rem_entropy_approx(sigma: float, n_keys: int) -> float:
     """Random-energy-model approximation of ``E[H]`` for N i.i.d. ``N(0, sigma^2)`` logits.
 
-    An *approximation*, exact only to leading order in ``ln N`` as
-    ``N -> inf`` at fixed ``sigma / sqrt(ln N)``: ``ln N - sigma^2 / 2`` for
-    ``sigma <= sqrt(2 ln N)`` (the annealed, high-temperature phase), and 0
-    beyond (the frozen phase, where the entropy is ``O(1)``, not ``O(ln N)``).
-    For moderate N the corrections are large; compare with
+    The leading-order term in ``ln N`` as ``N -> inf`` at fixed ``sigma /
+    sqrt(ln N)``, and nothing more: ``ln N - sigma^2 / 2`` for ``sigma <=
+    sqrt(2 ln N)`` (the annealed, high-temperature phase) and ``0`` beyond.
+    In that frozen phase the true entropy is not 0: it stays of order 1 as
+    ``N`` grows, i.e. it is ``o(ln N)``, so its leading ``ln N`` term is 0 and
+    the ``O(1)`` remainder is not modelled here. For moderate N the
+    corrections are large in both phases; compare with
     :func:`saturation_stats_from_logits` before quoting numbers.
 
     Parameters
@@ -593,7 +595,8 @@ def rem_entropy_approx(sigma: float, n_keys: int) -> float:
     Returns
     -------
     float
-        The approximate expected entropy in nats.
+        ``max(0, ln N - sigma^2 / 2)``, the leading-order approximation of
+        the expected entropy in nats.
     """
     sigma = as_positive_float(sigma, "sigma")
     n_keys = as_int_at_least(n_keys, "n_keys", 1)

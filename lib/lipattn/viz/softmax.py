@@ -26,6 +26,7 @@ __all__ = [
     "fig_simplex",
     "lipschitz_ratios",
     "fig_lipschitz_ratios",
+    "explorer_logits",
     "LogitsExplorer",
     "SaturationExplorer",
 ]
@@ -265,6 +266,18 @@ def fig_lipschitz_ratios(ratios: dict[str, np.ndarray]) -> Figure:
 _BASE_LOGITS = np.array([0.0, 1.0, 0.5, 0.0, -1.0])
 
 
+def explorer_logits(z1: float) -> np.ndarray:
+    """The logits the ``softmax-logits`` explorer shows: ``(z1, 1, 0.5, 0, -1)``.
+
+    Returns
+    -------
+    z : ndarray, shape (5,)
+    """
+    z = _BASE_LOGITS.copy()
+    z[0] = float(z1)
+    return z
+
+
 @register
 class LogitsExplorer(Explorer):
     """Move one logit and the temperature; watch p, J and the spectrum of J."""
@@ -312,8 +325,7 @@ class LogitsExplorer(Explorer):
         return [*self._bars, self._im, self._tau_line, self._eig, self._text]
 
     def update(self, z1: float, tau: float) -> None:
-        z = _BASE_LOGITS.copy()
-        z[0] = z1
+        z = explorer_logits(z1)
         p = softmax(z, temperature=tau)
         jac = softmax_jacobian(z, temperature=tau)
         for bar, h in zip(self._bars, p, strict=True):
