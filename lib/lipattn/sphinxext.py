@@ -14,10 +14,16 @@ It does two things that ``_config.yml`` alone cannot:
    load, is dropped.
 3. **A root ``favicon.ico``.** The redirect page ``index.html`` has no icon
    link, so browsers ask for ``/favicon.ico``; a 404 there is a console error.
-4. **MathJax served from the site.** MathJax 3 comes from the
-   ``django-static-mathjax`` package (pinned in ``requirements.txt``) and is
-   copied into ``_build/html/_static/mathjax``; the pages load it from there,
-   so formulas typeset without internet.
+4. **MathJax served from the site, and only what the pages load.** MathJax 3
+   comes from the ``django-static-mathjax`` package (pinned in
+   ``requirements.txt``). The package holds the whole distribution (43 MB:
+   TypeScript sources, two builds, the speech-rule engine); the pages load
+   one combined component, ``es5/tex-chtml.js``, its web fonts, and on
+   demand the TeX extensions (``\\require``/autoload), the menu's small
+   ``ui`` components and the assistive-MathML component. Only those files
+   (:data:`MATHJAX_FILES`, about 3 MB) are copied into
+   ``_build/html/_static/mathjax``, so formulas typeset without internet and
+   the site stays small.
 """
 
 from __future__ import annotations
@@ -27,7 +33,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["inputs_hash", "setup"]
+__all__ = ["MATHJAX_FILES", "inputs_hash", "mathjax_subset", "setup"]
+
+#: Paths under MathJax's ``static/mathjax`` folder that the site ships.
+MATHJAX_FILES = (
+    "LICENSE",
+    "es5/tex-chtml.js",
+    "es5/output/chtml/fonts/woff-v2",
+    "es5/input/tex/extensions",
+    "es5/ui",
+    "es5/a11y/assistive-mml.js",
+)
 
 _WATCHED_SUFFIXES = {".py", ".mplstyle", ".css", ".js", ".txt", ".toml", ".cfg"}
 
@@ -64,6 +80,35 @@ def inputs_hash(root: Path, watch: list[str]) -> str:
     return digest.hexdigest()
 
 
+def mathjax_subset(source: Path, target: Path) -> Path:
+    """Copy :data:`MATHJAX_FILES` from ``source`` into ``target/mathjax``.
+
+    Parameters
+    ----------
+    source : Path
+        MathJax's distribution folder (with ``es5/tex-chtml.js`` inside).
+    target : Path
+        A static folder for Sphinx; it is emptied and refilled, and ends up
+        holding ``mathjax/<the files>``.
+
+    Returns
+    -------
+    Path
+        ``target``, to be appended to ``html_static_path``.
+    """
+    dest = target / "mathjax"
+    if dest.exists():
+        shutil.rmtree(dest)
+    for rel in MATHJAX_FILES:
+        src, out = source / rel, dest / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, out)
+        else:
+            shutil.copy2(src, out)
+    return target
+
+
 def _config_inited(app: Any, config: Any) -> None:
     root = Path(app.srcdir)
     digest = inputs_hash(root, list(config.lipattn_watch))
@@ -80,7 +125,10 @@ def _config_inited(app: Any, config: Any) -> None:
 
     import mathjax  # from django-static-mathjax
 
-    static = Path(mathjax.__file__).parent / "static"
+    source = Path(mathjax.__file__).parent / "static" / "mathjax"
+    static = mathjax_subset(source, Path(app.outdir).parent / "lipattn-mathjax")
+    # files of an earlier, complete copy would otherwise stay in the site
+    shutil.rmtree(Path(app.outdir) / "_static" / "mathjax", ignore_errors=True)
     config.html_static_path = [*config.html_static_path, str(static)]
     config.mathjax_path = "mathjax/es5/tex-chtml.js"
 
