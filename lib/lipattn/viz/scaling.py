@@ -33,6 +33,7 @@ from ..softmax import entropy, softmax, softmax_jacobian_norm
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
+    "fig_mechanism",
     "D_GRID",
     "mean_inverse_chi",
     "nested_logits",
@@ -302,6 +303,40 @@ def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ..
     axes[2].set_xlabel(r"$\sigma$")
     axes[2].set_title("relative error")
     axes[2].legend(loc="lower left", fontsize=8, ncol=1)
+    return fig
+
+
+def fig_mechanism(sigmas: tuple[float, ...] = (1.0, 3.0, 10.0)) -> Figure:
+    """Why E||J||_2 ~ 1/sigma for two keys: the density of the gap against the
+    window 1/(1 + cosh Delta) in which ||J||_2 is not small.
+
+    Left: ``1/(1 + cosh Delta)`` (height 1/2, width about 2) and the density of
+    ``Delta ~ N(0, 2 sigma^2)`` at each sigma. Right: their product, whose area
+    is ``E||J||_2``; the density is nearly flat over the window, at height
+    ``1/(2 sqrt(pi) sigma)``, so the area is about ``2 / (2 sqrt(pi) sigma)``.
+    """
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.1)
+    x = np.linspace(-12.0, 12.0, 1201)
+    window = 1.0 / (1.0 + np.cosh(x))
+    ax1.plot(x, window, color="k", lw=2, label=r"$\|J\|_2 = 1/(1+\cosh\Delta)$")
+    for sig, color in zip(sigmas, ("C0", "C1", "C2", "C3"), strict=False):
+        dens = np.exp(-x * x / (4.0 * sig * sig)) / (2.0 * math.sqrt(math.pi) * sig)
+        ax1.plot(x, dens, color=color, ls="--", label=rf"density of $\Delta$, $\sigma = {sig:g}$")
+        prod = dens * window
+        area = float(two_token_expectations(sig).jac_norm)
+        ax2.fill_between(x, prod, color=color, alpha=0.35,
+                         label=rf"$\sigma = {sig:g}$: area {area:.3f}, "
+                               rf"$1/(\sqrt{{\pi}}\sigma)$ = {1 / (math.sqrt(math.pi) * sig):.3f}")
+        ax2.plot(x, prod, color=color, lw=1)
+    ax1.set_xlabel(r"gap $\Delta = s_1 - s_2$")
+    ax1.set_ylim(0, 0.55)
+    ax1.legend(loc="upper right", fontsize=7.5)
+    ax1.set_title("the window and the spread of the gap", fontsize=10)
+    ax2.set_xlabel(r"gap $\Delta$")
+    ax2.set_xlim(-6, 6)
+    ax2.set_ylim(0, 0.21)
+    ax2.legend(loc="upper center", fontsize=7.5)
+    ax2.set_title(r"their product: area = $\mathbb{E}\,\|J\|_2$", fontsize=10)
     return fig
 
 

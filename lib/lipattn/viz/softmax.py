@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.ticker import FixedLocator
 
 from .. import plotting
@@ -27,6 +28,7 @@ __all__ = [
     "lipschitz_ratios",
     "fig_lipschitz_ratios",
     "explorer_logits",
+    "fig_attention_diagram",
     "LogitsExplorer",
     "SaturationExplorer",
 ]
@@ -257,6 +259,54 @@ def fig_lipschitz_ratios(ratios: dict[str, np.ndarray]) -> Figure:
     ax.set_ylabel(r"$\|\sigma(x)-\sigma(y)\| \,/\, \|x-y\|$")
     ax.set_ylim(0.3, 60)
     ax.legend(loc="upper left")
+    return fig
+
+
+# --------------------------------------------------------------------------
+# Where the softmax Jacobian sits in self-attention
+# --------------------------------------------------------------------------
+def fig_attention_diagram() -> Figure:
+    """Schematic of single-head self-attention, tokens as rows, with the place of
+    the softmax Jacobians: a perturbation of X reaches f(X) through the logits
+    and the row-wise J_i (logit path) and through V (value path)."""
+    fig, ax = plotting.figure(1, width=8.4, height=3.3)
+    ax.set_xlim(0, 16.8)
+    ax.set_ylim(0, 6.6)
+    ax.set_axis_off()
+    ax.set_aspect("equal")
+
+    def box(x, y, w, h, label, sub="", color="0.92", ec="0.3", lw=1.2):
+        ax.add_patch(Rectangle((x, y), w, h, fc=color, ec=ec, lw=lw))
+        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=11)
+        if sub:
+            ax.text(x + w / 2, y - 0.25, sub, ha="center", va="top", fontsize=8, color="0.3")
+
+    def arrow(x0, y0, x1, y1, text="", color="0.2", dy=0.18, ls="-"):
+        ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=12,
+                                     color=color, lw=1.3, ls=ls))
+        if text:
+            ax.text((x0 + x1) / 2, (y0 + y1) / 2 + dy, text, ha="center", va="bottom",
+                    fontsize=8.5, color=color)
+
+    box(0.2, 2.3, 1.2, 2.0, "$X$", r"$N \times d$")
+    box(2.6, 4.3, 1.0, 1.6, "$Q$", "$XW_Q$")
+    box(2.6, 1.9, 1.0, 1.6, "$K$", "$XW_K$")
+    box(4.9, 2.6, 1.9, 1.9, r"$S$", r"$QK^\top/\sqrt{d_k}$, $N \times N$")
+    box(8.3, 2.6, 1.9, 1.9, r"$P$", "softmax of each row", color="#fde8c8", ec="C1", lw=2)
+    box(11.4, 0.3, 1.0, 1.6, "$V$", "$XW_V$")
+    box(13.9, 2.6, 1.0, 1.9, "$f(X)$", r"$PV$, $N \times d_v$")
+    arrow(1.4, 3.6, 2.6, 5.1)
+    arrow(1.4, 3.1, 2.6, 2.7)
+    arrow(1.4, 2.6, 11.4, 1.1, color="C0")
+    arrow(3.6, 5.1, 4.9, 4.0)
+    arrow(3.6, 2.7, 4.9, 3.1)
+    arrow(6.8, 3.55, 8.3, 3.55, r"row $i$: $J_i$", color="C1")
+    arrow(10.2, 3.55, 13.9, 3.55, "logit path (through $J_i$)", color="C1")
+    arrow(12.4, 1.1, 13.9, 2.7, color="C0")
+    ax.text(13.3, 0.9, "value path\n(P fixed)", ha="left", va="center", fontsize=8.5,
+            color="C0")
+    ax.text(9.25, 5.05, r"$dp_i = J_i\, ds_i$,  $J_i = \mathrm{diag}(p_i) - p_i p_i^\top$",
+            ha="center", va="bottom", fontsize=9.5, color="C1")
     return fig
 
 
