@@ -174,8 +174,20 @@ def test_figures_build():
                             viz.fixed_sigma_profile(8, np.geomspace(0.1, 10, 5), 200), 8),
         viz.fig_gradients(viz.gradient_curves(8, samples=200), n_keys=8),
         viz.fig_rem(samples=50),
+        viz.fig_mechanism(),
     ]
     assert all(isinstance(f, Figure) for f in figs)
+
+
+def test_mechanism_overlap_is_the_mean_jacobian_norm():
+    """The shaded area of fig_mechanism, integrated here by the trapezoid rule,
+    is E||J||_2 from the library's quadrature, and about 1/(sqrt(pi) sigma)."""
+    x = np.linspace(-200.0, 200.0, 400_001)
+    for sig in (1.0, 3.0, 10.0):
+        dens = np.exp(-x * x / (4 * sig * sig)) / (2 * math.sqrt(math.pi) * sig)
+        area = np.trapezoid(dens / (1 + np.cosh(x)), x)
+        assert area == pytest.approx(scaling.two_token_expectations(sig).jac_norm, rel=1e-9)
+    assert area == pytest.approx(1 / (math.sqrt(math.pi) * 10.0), rel=0.01)
 
 
 # ---------------------------------------------------------------------------

@@ -67,3 +67,11 @@ def test_bad_search_arguments(kwargs, match):
 def test_bad_resolution():
     with pytest.raises(ValueError, match="resolution"):
         viz.simplex_grid(resolution=2)
+
+
+def test_attention_diagram_and_explorer_logits():
+    from matplotlib.figure import Figure
+
+    assert isinstance(viz.fig_attention_diagram(), Figure)
+    z = viz.explorer_logits(0.75)
+    assert z.shape == (5,) and z[0] == 0.75 and np.all(z[1:] == [1.0, 0.5, 0.0, -1.0])
