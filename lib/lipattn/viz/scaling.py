@@ -146,11 +146,11 @@ def fig_intuition(ds: tuple[int, ...] = (4, 64, 1024), n_keys: int = 64, seed: i
     """One query's sorted attention weights over 64 keys, scaled and unscaled, at a few d."""
     fig, axes = plotting.figure(2, width=8.4, height=3.0, sharey=True)
     rank = np.arange(1, n_keys + 1)
-    for ax, scaled, title in zip(axes, (True, False), ("with $1/\\sqrt{d}$", "without scaling"),
+    for ax, scaled, title in zip(axes, (True, False), ("with $1/\\sqrt{d_k}$", "without scaling"),
                                  strict=True):
         for d, color in zip(ds, ("C2", "C3", "C4"), strict=True):
             p = np.sort(softmax(nested_logits(d, n_keys, scaled, queries=2, seed=seed)[0]))[::-1]
-            ax.plot(rank, np.maximum(p, 1e-300), "o-", ms=3, color=color, label=f"d = {d}")
+            ax.plot(rank, np.maximum(p, 1e-300), "o-", ms=3, color=color, label=f"$d_k$ = {d}")
         ax.axhline(1 / n_keys, color=plotting.ONE_COLOR, ls=":", lw=1, label="uniform 1/N")
         ax.set_yscale("log")
         ax.set_ylim(1e-12, 2)
@@ -236,7 +236,7 @@ def fig_saturation_curves(curves: list[SaturationCurves]) -> Figure:
     for ax, lab in zip(axes, labels, strict=True):
         _log2_axis(ax)
         ax.set_yscale("log")
-        ax.set_xlabel("head dimension d")
+        ax.set_xlabel("head dimension $d_k$")
         ax.set_title(lab)
     handles, labs = axes[0].get_legend_handles_labels()
     fig.legend(handles, labs, loc="outside lower center", ncol=3, fontsize=8.5)
@@ -358,11 +358,11 @@ def fig_jac_distribution(n_keys: int = 64, ds: tuple[int, ...] = (16, 256, 4096)
         j = jac_norm_samples(d, n_keys, False, queries, seed)
         counts, _ = np.histogram(j, bins=edges)
         ax1.stairs(np.maximum(counts / j.size, 1e-9), edges, color=color, lw=1.6,
-                   label=f"unscaled, d = {d} (mean {j.mean():.3f})")
+                   label=f"unscaled, $d_k$ = {d} (mean {j.mean():.3f})")
     j = jac_norm_samples(ds[-1], n_keys, True, queries, seed)
     counts, _ = np.histogram(j, bins=edges)
     ax1.stairs(np.maximum(counts / j.size, 1e-9), edges, color=_SCALED_COLOR, lw=1.2, ls="--",
-               label=f"scaled, d = {ds[-1]} (mean {j.mean():.3f})")
+               label=f"scaled, $d_k$ = {ds[-1]} (mean {j.mean():.3f})")
     ax1.set_yscale("log")
     ax1.set_ylim(0.5 / queries, 1.5)
     ax1.set_xlim(0, 0.5)
@@ -380,7 +380,7 @@ def fig_jac_distribution(n_keys: int = 64, ds: tuple[int, ...] = (16, 256, 4096)
     _log2_axis(ax2)
     ax2.set_yscale("log")
     ax2.set_ylim(1e-6, 0.8)
-    ax2.set_xlabel("head dimension d (no scaling)")
+    ax2.set_xlabel("head dimension $d_k$ (no scaling)")
     ax2.set_ylabel(r"$\|J\|_2$ across queries")
     ax2.set_title("quantiles over queries")
     ax2.legend(loc="lower left", fontsize=8, ncol=2)
@@ -423,7 +423,7 @@ def fig_nonmonotone(curves: dict[int, np.ndarray], profile: dict[str, np.ndarray
         ax1.axhline(1 / n, color=color, ls=":", lw=1)
     _log2_axis(ax1)
     ax1.set_yscale("log")
-    ax1.set_xlabel("head dimension d (no scaling)")
+    ax1.set_xlabel("head dimension $d_k$ (no scaling)")
     ax1.set_ylabel(r"$\mathbb{E}\,\|J\|_2$")
     ax1.set_title("rise, then fall (dotted: 1/N)")
     ax1.legend(loc="lower left", ncol=2, fontsize=8.5)
@@ -478,7 +478,7 @@ def fig_gradients(grads: dict, n_keys: int = 64) -> Figure:
               "values": r"values $\|\partial L/\partial V\|_F$"}
     floor = 1e-8
     for ax, (name, title) in zip(axes, panels.items(), strict=True):
-        for scaled, color, ls, lab in ((True, _SCALED_COLOR, "-", r"with $1/\sqrt{d}$"),
+        for scaled, color, ls, lab in ((True, _SCALED_COLOR, "-", r"with $1/\sqrt{d_k}$"),
                                        (False, _UNSCALED_COLOR, "--", "unscaled")):
             q = np.maximum(grads[scaled][name + "_q"], floor)
             ax.fill_between(dd, q[:, 0], q[:, 2], color=color, alpha=0.18, lw=0)
@@ -488,7 +488,7 @@ def fig_gradients(grads: dict, n_keys: int = 64) -> Figure:
         _log2_axis(ax)
         ax.set_yscale("log")
         ax.set_ylim(floor, 1e2)
-        ax.set_xlabel("head dimension d")
+        ax.set_xlabel("head dimension $d_k$")
         ax.set_title(title, fontsize=10)
     axes[0].set_ylabel(f"norm, N = {n_keys} (band: 10-90 %)")
     handles, labels = axes[0].get_legend_handles_labels()
@@ -629,10 +629,10 @@ class DExplorer(Explorer):
     """Drag d with and without 1/sqrt(d): one row, the logits, ||J||_2 over queries, the means."""
 
     name = "scaling-d"
-    title = "Drag the head dimension d: attention with and without the 1/√d scaling"
+    title = "Drag the head dimension dₖ: attention with and without the 1/√dₖ scaling"
     slider_specs = (
-        Slider("d", _D_SLIDER, label="head dimension d", default=64),
-        Slider("scaled", (True, False), label="divide by √d",
+        Slider("d", _D_SLIDER, label="head dimension dₖ", default=64),
+        Slider("scaled", (True, False), label="divide by √dₖ",
                fmt=lambda v: "on (scaled)" if v else "off (unscaled)"),
         Slider("n_keys", _N_GRID, label="keys N", default=64),
     )
@@ -694,7 +694,7 @@ class DExplorer(Explorer):
             self._refs.append(ref)
         _log2_axis(ax_m)
         ax_m.set_ylim(-0.02, 1.05)
-        ax_m.set_xlabel("head dimension d")
+        ax_m.set_xlabel("head dimension $d_k$")
         ax_m.legend(loc="lower center", bbox_to_anchor=(0.5, 0.98), ncol=3, fontsize=8.5)
         self._vline = ax_m.axvline(1.0, color="k", lw=0.8)
         return [*self._bars, self._row_text, self._logit_line, self._logit_text,
