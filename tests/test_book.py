@@ -66,4 +66,6 @@ def test_whole_site_stays_small(built_html):
     total = sum(f.stat().st_size for f in files)
     mathjax = sum(f.stat().st_size for f in files if "_static/mathjax" in f.as_posix())
     assert mathjax < 4e6, f"MathJax takes {mathjax / 1e6:.1f} MB"
+    unused = [f.name for f in files if f.suffix == ".map" or "_static/locales" in f.as_posix()]
+    assert not unused, unused[:5]
     assert total <= MAX_SITE_BYTES, f"_build/html is {total / 1e6:.1f} MB"

@@ -54,6 +54,12 @@ def glued_numbers(nb) -> dict[str, float]:
 def _check_glued_numbers(nb, filename: str) -> dict[str, float]:
     """Every glued number is finite, and one named "..._gap..." is positive:
     a gap printed as 0 beside "never reached" contradicts the text."""
+    for cell in nb.cells:  # myst-nb formats Python numbers, not numpy scalars
+        for o in cell.get("outputs", []):
+            for key, text in o.get("data", {}).items():
+                if key.startswith("application/papermill.record/") and key.endswith("plain"):
+                    assert not str(text).startswith("np."), (
+                        f"{filename}: glue a Python number, not {text}")
     numbers = glued_numbers(nb)
     for name, value in numbers.items():
         assert math.isfinite(value), f"{filename}: glued {name} = {value}"
@@ -72,6 +78,9 @@ def test_glue_check_catches_a_zero_gap():
         metadata={"scrapbook": {"name": "tie_40_gap", "mime_prefix": prefix}})]
     nb.cells.append(cell)
     assert glued_numbers(nb) == {"tie_40_gap": 0.0}
+    with pytest.raises(AssertionError, match="not np.float64"):
+        _check_glued_numbers(nb, "x.md")
+    cell.outputs[0]["data"][prefix + "text/plain"] = "0.0"
     with pytest.raises(AssertionError, match="tie_40_gap"):
         _check_glued_numbers(nb, "x.md")
 

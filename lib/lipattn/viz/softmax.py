@@ -277,16 +277,16 @@ def fig_attention_diagram() -> Figure:
 
     def box(x, y, w, h, label, sub="", color="0.92", ec="0.3", lw=1.2):
         ax.add_patch(Rectangle((x, y), w, h, fc=color, ec=ec, lw=lw))
-        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=11)
+        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=14)
         if sub:
-            ax.text(x + w / 2, y - 0.25, sub, ha="center", va="top", fontsize=8, color="0.3")
+            ax.text(x + w / 2, y - 0.25, sub, ha="center", va="top", fontsize=10, color="0.3")
 
     def arrow(x0, y0, x1, y1, text="", color="0.2", dy=0.18, ls="-"):
         ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=12,
                                      color=color, lw=1.3, ls=ls))
         if text:
             ax.text((x0 + x1) / 2, (y0 + y1) / 2 + dy, text, ha="center", va="bottom",
-                    fontsize=8.5, color=color)
+                    fontsize=10, color=color)
 
     box(0.2, 2.3, 1.2, 2.0, "$X$", r"$N \times d$")
     box(2.6, 4.3, 1.0, 1.6, "$Q$", "$XW_Q$")
@@ -303,10 +303,10 @@ def fig_attention_diagram() -> Figure:
     arrow(6.8, 3.55, 8.3, 3.55, r"row $i$: $J_i$", color="C1")
     arrow(10.2, 3.55, 13.9, 3.55, "logit path (through $J_i$)", color="C1")
     arrow(12.4, 1.1, 13.9, 2.7, color="C0")
-    ax.text(13.3, 0.9, "value path\n(P fixed)", ha="left", va="center", fontsize=8.5,
+    ax.text(13.3, 0.9, "value path\n(P fixed)", ha="left", va="center", fontsize=10,
             color="C0")
-    ax.text(9.25, 5.05, r"$dp_i = J_i\, ds_i$,  $J_i = \mathrm{diag}(p_i) - p_i p_i^\top$",
-            ha="center", va="bottom", fontsize=9.5, color="C1")
+    ax.text(9.25, 5.05, r"$dp_i = ds_i\, J_i$,  $J_i = \mathrm{diag}(p_i) - p_i p_i^\top$",
+            ha="center", va="bottom", fontsize=11, color="C1")
     return fig
 
 
