@@ -64,3 +64,18 @@ def test_vendored_assets_are_not_injected_everywhere(built_html):
     """Only tex-chtml.js of MathJax is loaded by a page, not every MathJax file."""
     page = _page(built_html, PAGES[0])
     assert len(re.findall(r"mathjax/", page)) == 1
+
+
+MAX_SITE_BYTES = 15 * 1024 * 1024
+
+
+def test_whole_site_stays_small(built_html):
+    """The built site, everything in _build/html, stays under 15 MB: MathJax is
+    copied in part (lipattn.sphinxext.MATHJAX_FILES), not whole (43 MB)."""
+    files = [f for f in built_html.rglob("*") if f.is_file()]
+    total = sum(f.stat().st_size for f in files)
+    mathjax = sum(f.stat().st_size for f in files if "_static/mathjax" in f.as_posix())
+    assert mathjax < 4e6, f"MathJax takes {mathjax / 1e6:.1f} MB"
+    unused = [f.name for f in files if f.suffix == ".map" or "_static/locales" in f.as_posix()]
+    assert not unused, unused[:5]
+    assert total <= MAX_SITE_BYTES, f"_build/html is {total / 1e6:.1f} MB"

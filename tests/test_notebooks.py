@@ -3,6 +3,8 @@ is stored with outputs."""
 
 from __future__ import annotations
 
+import math
+import re
 import subprocess
 
 import jupytext
@@ -30,6 +32,59 @@ def test_chapter_executes_cleanly(path):
             assert out.output_type != "error", out
             if out.output_type == "stream":
                 assert out.name != "stderr", f"stderr in {path.name}: {out.text[:500]}"
+    numbers = _check_glued_numbers(nb, path.name)
+    assert numbers or "glue(" not in path.read_text(), "no glued number was found"
+
+
+_NUMBER = re.compile(r"^(?:np\.float64\()?([-+0-9.eEinfa]+)\)?$")
+
+
+def glued_numbers(nb) -> dict[str, float]:
+    """The numbers a notebook glues (myst-nb ``glue``), by name."""
+    out = {}
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            scrap = o.get("metadata", {}).get("scrapbook", {})
+            name = scrap.get("name")
+            text = o.get("data", {}).get(scrap.get("mime_prefix", "") + "text/plain", "")
+            match = _NUMBER.match(text.strip()) if name else None
+            if match:
+                out[name] = float(match.group(1))
+    return out
+
+
+def _check_glued_numbers(nb, filename: str) -> dict[str, float]:
+    """Every glued number is finite, and one named "..._gap..." is positive:
+    a gap printed as 0 beside "never reached" contradicts the text."""
+    for cell in nb.cells:  # myst-nb formats Python numbers, not numpy scalars
+        for o in cell.get("outputs", []):
+            for key, text in o.get("data", {}).items():
+                if key.startswith("application/papermill.record/") and key.endswith("plain"):
+                    assert not str(text).startswith("np."), (
+                        f"{filename}: glue a Python number, not {text}")
+    numbers = glued_numbers(nb)
+    for name, value in numbers.items():
+        assert math.isfinite(value), f"{filename}: glued {name} = {value}"
+        if "gap" in name:
+            assert value > 0, f"{filename}: glued gap {name} = {value} is not positive"
+    return numbers
+
+
+def test_glue_check_catches_a_zero_gap():
+    """Negative control: the check fails on a gap that rounds to zero."""
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    prefix = "application/papermill.record/"  # what myst_nb.glue writes
+    cell.outputs = [nbformat.v4.new_output(
+        "display_data", data={prefix + "text/plain": "np.float64(0.0)"},
+        metadata={"scrapbook": {"name": "tie_40_gap", "mime_prefix": prefix}})]
+    nb.cells.append(cell)
+    assert glued_numbers(nb) == {"tie_40_gap": 0.0}
+    with pytest.raises(AssertionError, match="not np.float64"):
+        _check_glued_numbers(nb, "x.md")
+    cell.outputs[0]["data"][prefix + "text/plain"] = "0.0"
+    with pytest.raises(AssertionError, match="tie_40_gap"):
+        _check_glued_numbers(nb, "x.md")
 
 
 def test_no_notebook_outputs_in_git():

@@ -515,3 +515,17 @@ def test_unscaled_query_gradient_is_larger():
 def test_bad_input(call, name, exc):
     with pytest.raises(exc, match=rf"\b{name}\b"):
         call()
+
+
+def test_rem_frozen_phase_entropy_is_order_one_not_order_log_n():
+    """Beyond sigma_c = sqrt(2 ln N) the leading ln N term is 0, as returned: the
+    entropy divided by ln N falls as N grows at a fixed sigma / sigma_c."""
+    rng = np.random.default_rng(4)
+    ratios = []
+    for n in (64, 4096):
+        sigma = 1.5 * math.sqrt(2 * math.log(n))
+        assert rem_entropy_approx(sigma, n) == 0.0
+        mc = saturation_stats_from_logits(sigma * rng.standard_normal((300, n)))
+        assert 0.3 < mc.entropy < 3.0  # of order 1
+        ratios.append(mc.entropy / math.log(n))
+    assert ratios[1] < 0.8 * ratios[0]

@@ -527,11 +527,87 @@ FUNCTIONS_OF_TEMPERATURE = [
 ]
 
 
+# logits may be -inf (masked), so the message differs, and [-inf, 0] is valid
+BAD_LOGITS = [(b, e) for b, e in BAD_ARRAYS if not (isinstance(b, list) and -np.inf in b)]
+
+
 @pytest.mark.parametrize("func", FUNCTIONS_OF_Z, ids=["softmax", "jac", "norm2", "norminf"])
-@pytest.mark.parametrize("bad, exc", BAD_ARRAYS)
+@pytest.mark.parametrize("bad, exc", BAD_LOGITS)
 def test_bad_z_is_rejected_naming_z(func, bad, exc):
-    with pytest.raises(exc, match=r"^z must be a finite real array"):
+    with pytest.raises(exc, match=r"^z must be a real array of finite or -inf"):
         func(bad)
+
+
+@pytest.mark.parametrize("func", FUNCTIONS_OF_Z, ids=["softmax", "jac", "norm2", "norminf"])
+@pytest.mark.parametrize("bad, match", [
+    ([1.0, np.inf], "NaN or \\+inf"),
+    ([np.nan, -np.inf], "NaN or \\+inf"),
+    ([-np.inf, -np.inf], "at least one finite"),
+    ([[0.0, -np.inf], [-np.inf, -np.inf]], "1 slice"),
+])
+def test_masks_keep_rejecting_nan_plus_inf_and_fully_masked_rows(func, bad, match):
+    with pytest.raises(ValueError, match=f"^z must .*{match}"):
+        func(bad)
+
+
+def test_fully_masked_slice_along_another_axis_is_rejected():
+    z = np.array([[0.0, -np.inf], [1.0, -np.inf]])  # column 1 is all masked
+    assert np.allclose(softmax(z, axis=-1), [[1, 0], [1, 0]])
+    with pytest.raises(ValueError, match="along axis -2"):
+        softmax(z, axis=0)
+
+
+def _masked_batch(rng, rows, n, scale):
+    z = scale * rng.standard_normal((rows, n))
+    mask = rng.random((rows, n)) < 0.5
+    mask[np.arange(rows), rng.integers(0, n, rows)] = False  # one unmasked per row
+    return np.where(mask, -np.inf, z), mask
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.3, 7.0])
+@pytest.mark.parametrize("scale", [0.1, 3.0, 40.0])
+def test_masked_rows_equal_the_unmasked_sub_vector(scale, temperature):
+    """Per-row masks in one batch, against each row's unmasked sub-vector
+    computed on its own (no -inf involved): p, J, and both norms."""
+    rng = np.random.default_rng(int(10 * scale + temperature))
+    z, mask = _masked_batch(rng, 200, 9, scale)
+    p = softmax(z, temperature=temperature)
+    jac = softmax_jacobian(z, temperature=temperature)
+    n2 = softmax_jacobian_norm(z, temperature=temperature)
+    ninf = softmax_jacobian_norm(z, np.inf, temperature=temperature)
+    for i in range(z.shape[0]):
+        keep = ~mask[i]
+        sub = z[i, keep]
+        assert np.all(p[i, mask[i]] == 0.0)
+        np.testing.assert_allclose(p[i, keep], softmax(sub, temperature=temperature),
+                                   rtol=1e-14, atol=1e-300)
+        assert np.all(jac[i][mask[i]] == 0.0) and np.all(jac[i][:, mask[i]] == 0.0)
+        np.testing.assert_allclose(jac[i][np.ix_(keep, keep)],
+                                   softmax_jacobian(sub, temperature=temperature),
+                                   rtol=1e-13, atol=1e-300)
+        for got, order in ((n2[i], 2), (ninf[i], np.inf)):
+            want = float(softmax_jacobian_norm(sub, order, temperature=temperature))
+            assert got == pytest.approx(want, rel=1e-13, abs=1e-300), (i, order)
+    # and against a dense eigensolver on the unmasked block
+    dense = np.array([np.linalg.eigvalsh(jac[i][np.ix_(~mask[i], ~mask[i])])[-1]
+                      for i in range(z.shape[0])])
+    np.testing.assert_allclose(n2, dense, rtol=1e-9, atol=1e-15)
+
+
+def test_causal_mask():
+    """Row i of a causal (lower-triangular) mask attends to tokens 0..i."""
+    rng = np.random.default_rng(0)
+    n = 12
+    z = 2.0 * rng.standard_normal((n, n))
+    causal = np.where(np.tril(np.ones((n, n), dtype=bool)), z, -np.inf)
+    norms = softmax_jacobian_norm(causal)
+    assert norms[0] == 0.0  # one token: p = 1, J = 0
+    for i in range(1, n):
+        assert norms[i] == pytest.approx(float(softmax_jacobian_norm(z[i, : i + 1])),
+                                         rel=1e-13)
+    assert np.allclose(softmax(causal).sum(axis=1), 1.0)
+    # a single unmasked pair at a tie gives the two-logit maximum 1/2
+    assert float(softmax_jacobian_norm([3.0, -np.inf, 3.0, -np.inf])) == 0.5
 
 
 @pytest.mark.parametrize("bad, exc", BAD_ARRAYS)

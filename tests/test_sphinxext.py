@@ -78,3 +78,24 @@ def test_a_change_to_the_watched_library_re_executes_the_notebook(tmp_path: Path
     assert (out / "_static" / "mathjax" / "es5" / "tex-chtml.js").is_file()
     assert (out / "favicon.ico").read_bytes()[:4] == b"\x00\x00\x01\x00"  # an ICO file
     assert 'src="_static/mathjax/es5/tex-chtml.js' in page
+
+
+def test_mathjax_subset_copies_only_what_pages_load(tmp_path: Path):
+    import mathjax
+
+    from lipattn.sphinxext import MATHJAX_FILES, mathjax_subset
+
+    source = Path(mathjax.__file__).parent / "static" / "mathjax"
+    out = mathjax_subset(source, tmp_path / "static")
+    root = out / "mathjax"
+    assert (root / "es5" / "tex-chtml.js").is_file()
+    assert any((root / "es5" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    assert not (root / "ts").exists() and not (root / "es5" / "sre").exists()
+    assert not (root / "package-lock.json").exists() and not (root / "js").exists()
+    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    assert size < 4e6, size
+    assert len(MATHJAX_FILES) == len({m.split("/")[-1] for m in MATHJAX_FILES})
+    # refilling is idempotent and drops stale files
+    (root / "stale.js").write_text("x")
+    mathjax_subset(source, tmp_path / "static")
+    assert not (root / "stale.js").exists()

@@ -20,6 +20,7 @@ __all__ = [
     "as_positive_float",
     "as_int_at_least",
     "as_bool",
+    "check_unmasked",
 ]
 
 
@@ -30,6 +31,7 @@ def as_real_array(
     min_ndim: int = 1,
     ndim: int | None = None,
     last_axis_min: int = 1,
+    allow_masked: bool = False,
 ) -> np.ndarray:
     """Return ``value`` as a finite float64 array, or raise.
 
@@ -47,13 +49,19 @@ def as_real_array(
     last_axis_min : int
         Smallest accepted length of the last axis; every other axis must be
         non-empty too.
+    allow_masked : bool
+        Also accept ``-inf`` entries (masked logits); ``NaN`` and ``+inf``
+        are still rejected. Whether a masked slice keeps a finite entry is
+        the caller's check (it knows the axis), see :func:`check_unmasked`.
 
     Returns
     -------
     ndarray of float64
-        A finite array (a copy only where a conversion was needed).
+        A finite array (a copy only where a conversion was needed), with
+        ``-inf`` entries if ``allow_masked``.
     """
-    expected = f"{name} must be a finite real array"
+    expected = (f"{name} must be a real array of finite or -inf (masked) entries"
+                if allow_masked else f"{name} must be a finite real array")
     if ndim is not None:
         expected += f" with {ndim} axes"
     else:
@@ -79,8 +87,26 @@ def as_real_array(
     ):
         raise ValueError(f"{expected}; got shape {arr.shape}")
     arr = arr.astype(np.float64, copy=False)
-    if not np.all(np.isfinite(arr)):
+    if allow_masked:
+        if np.any(np.isnan(arr) | (arr == np.inf)):
+            raise ValueError(f"{expected}; got NaN or +inf entries")
+    elif not np.all(np.isfinite(arr)):
         raise ValueError(f"{expected}; got NaN or infinite entries")
+    return arr
+
+
+def check_unmasked(arr: np.ndarray, name: str, axis: int = -1) -> np.ndarray:
+    """Raise unless every slice of ``arr`` along ``axis`` has a finite entry.
+
+    For masked logits (``-inf`` = masked): a slice with every entry masked
+    has no softmax. Returns ``arr`` unchanged.
+    """
+    bad = ~np.any(np.isfinite(arr), axis=axis)
+    if np.any(bad):
+        raise ValueError(
+            f"{name} must have at least one finite (unmasked) entry along axis {axis}; "
+            f"got {int(np.sum(bad))} slice(s) with every entry -inf"
+        )
     return arr
 
 

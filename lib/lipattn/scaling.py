@@ -48,12 +48,17 @@ __all__ = [
     "two_token_asymptotes",
     "gradient_norms",
     "gradient_norms_fast",
+    "gradient_samples",
+    "QUANTILES",
     "rem_entropy_approx",
     "two_token_expectations_d",
 ]
 
 # Elements per chunk of the batched computations (bounds peak memory).
 _CHUNK_ELEMENTS = 1 << 21
+
+#: Quantile levels reported by :class:`GradientNorms` (10 %, median, 90 %).
+QUANTILES: tuple[float, float, float] = (0.1, 0.5, 0.9)
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,12 @@ class SaturationStats:
 
 @dataclass(frozen=True)
 class GradientNorms:
-    """Mean Frobenius norms of the gradients of one attention read-out.
+    """Mean and quantiles of the gradient norms of one attention read-out.
+
+    The norms are heavy-tailed without scaling: most queries get a vanishing
+    query gradient while a few near-tie queries get a large one, so the mean
+    alone is misleading. Each ``*_q`` field holds the 10 %, 50 % and 90 %
+    quantiles (:data:`QUANTILES`) of the per-sample norms.
 
     Attributes
     ----------
@@ -102,7 +112,9 @@ class GradientNorms:
     values : float
         ``E ||dL/dV||``, shape (N, d); equals ``||p|| ||g|| = ||p||``.
     logits_se, query_se, keys_se, values_se : float
-        Standard errors ``std / sqrt(n_samples)``.
+        Standard errors ``std / sqrt(n_samples)`` of the means.
+    logits_q, query_q, keys_q, values_q : tuple of 3 floats
+        Sample quantiles at :data:`QUANTILES` (the middle one is the median).
     n_samples : int
         Number of independent (q, K, V, g) draws.
     """
@@ -115,6 +127,10 @@ class GradientNorms:
     query_se: float
     keys_se: float
     values_se: float
+    logits_q: tuple[float, float, float]
+    query_q: tuple[float, float, float]
+    keys_q: tuple[float, float, float]
+    values_q: tuple[float, float, float]
     n_samples: int
 
 
@@ -560,11 +576,13 @@ def two_token_asymptotes(sigma: float, *, terms: int = 1) -> SaturationStats:
 def rem_entropy_approx(sigma: float, n_keys: int) -> float:
     """Random-energy-model approximation of ``E[H]`` for N i.i.d. ``N(0, sigma^2)`` logits.
 
-    An *approximation*, exact only to leading order in ``ln N`` as
-    ``N -> inf`` at fixed ``sigma / sqrt(ln N)``: ``ln N - sigma^2 / 2`` for
-    ``sigma <= sqrt(2 ln N)`` (the annealed, high-temperature phase), and 0
-    beyond (the frozen phase, where the entropy is ``O(1)``, not ``O(ln N)``).
-    For moderate N the corrections are large; compare with
+    The leading-order term in ``ln N`` as ``N -> inf`` at fixed ``sigma /
+    sqrt(ln N)``, and nothing more: ``ln N - sigma^2 / 2`` for ``sigma <=
+    sqrt(2 ln N)`` (the annealed, high-temperature phase) and ``0`` beyond.
+    In that frozen phase the true entropy is not 0: it stays of order 1 as
+    ``N`` grows, i.e. it is ``o(ln N)``, so its leading ``ln N`` term is 0 and
+    the ``O(1)`` remainder is not modelled here. For moderate N the
+    corrections are large in both phases; compare with
     :func:`saturation_stats_from_logits` before quoting numbers.
 
     Parameters
@@ -577,7 +595,8 @@ def rem_entropy_approx(sigma: float, n_keys: int) -> float:
     Returns
     -------
     float
-        The approximate expected entropy in nats.
+        ``max(0, ln N - sigma^2 / 2)``, the leading-order approximation of
+        the expected entropy in nats.
     """
     sigma = as_positive_float(sigma, "sigma")
     n_keys = as_int_at_least(n_keys, "n_keys", 1)
@@ -629,11 +648,15 @@ def _attention_gradients(
 
 
 def _gradient_summary(parts: dict[str, list[np.ndarray]], samples: int) -> GradientNorms:
-    """Means and standard errors of per-sample norms, chunk lists keyed by field."""
-    stats = {name: _mean_se(np.concatenate(chunks)) for name, chunks in parts.items()}
+    """Means, standard errors and quantiles of per-sample norms, chunk lists by field."""
+    names = ("logits", "query", "keys", "values")
+    x = {name: np.concatenate(parts[name]) for name in names}
+    stats = {name: _mean_se(x[name]) for name in names}
+    quant = {f"{name}_q": tuple(float(v) for v in np.quantile(x[name], QUANTILES))
+             for name in names}
     return GradientNorms(**{name: m for name, (m, _) in stats.items()},
                          **{f"{name}_se": se for name, (_, se) in stats.items()},
-                         n_samples=samples)
+                         **quant, n_samples=samples)
 
 
 def gradient_norms(
@@ -694,23 +717,39 @@ def gradient_norms(
     return _gradient_summary(norms, samples)
 
 
-def gradient_norms_fast(
+def _logit_gradient(p: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``J u = p * (u - p . u)`` per row, shape (B, N), accurate for one-hot ``p``.
+
+    For the top entry ``t``, ``u_t - p . u = sum_{j != t} p_j (u_t - u_j)`` is
+    formed without the cancellation of ``u_t - p . u`` when ``p_t ~ 1``, so
+    tiny gradients keep their relative accuracy.
+    """
+    top = np.argmax(p, axis=-1)[:, None]
+    u_top = np.take_along_axis(u, top, axis=-1)
+    rest = p.copy()
+    np.put_along_axis(rest, top, 0.0, axis=-1)
+    centred_top = np.sum(rest * (u_top - u), axis=-1, keepdims=True)  # u_t - p . u
+    centred = (u - u_top) + centred_top  # u_i - p . u
+    np.put_along_axis(centred, top, centred_top, axis=-1)
+    return p * centred
+
+
+def gradient_samples(
     d: int,
     n_keys: int,
     scaled: bool = True,
     samples: int = 20_000,
     seed: int | np.random.Generator = 0,
-) -> GradientNorms:
-    """The statistics of :func:`gradient_norms`, sampled exactly in ``O(N)`` per draw.
+) -> dict[str, np.ndarray]:
+    """Per-query gradient norms of one attention read-out, sampled exactly in ``O(N)``.
 
-    Same setting and same distribution of the four norms as
-    :func:`gradient_norms`, without forming ``q``, ``K`` or ``V``. Write
-    ``q = r qhat`` with ``r^2 ~ chi^2_d`` and split each key into
-    ``a_j = k_j . qhat`` and the rest, orthogonal to ``q``. Then ``a ~ N(0,
-    I_N)``, the logits are ``s = c r a``, the orthogonal parts are i.i.d.
-    ``N(0, I - qhat qhat^T)`` independent of ``a``, and ``u = V g ~ N(0, I_N)``
-    is independent of both (``g`` is a unit vector independent of ``V``). So
-    with ``ds = p * (u - p . u)``:
+    Same setting and same distribution as :func:`gradient_norms`, without
+    forming ``q``, ``K`` or ``V``. Write ``q = r qhat`` with ``r^2 ~ chi^2_d``
+    and split each key into ``a_j = k_j . qhat`` and the rest, orthogonal to
+    ``q``. Then ``a ~ N(0, I_N)``, the logits are ``s = c r a``, the
+    orthogonal parts are i.i.d. ``N(0, I - qhat qhat^T)`` independent of
+    ``a``, and ``u = V g ~ N(0, I_N)`` is independent of both (``g`` is a
+    unit vector independent of ``V``). So with ``ds = p * (u - p . u)``:
 
     - ``||dL/dq||^2 = c^2 ((a . ds)^2 + ||ds||^2 w)``, ``w ~ chi^2_{d-1}``
       (``w = 0`` for ``d = 1``), because the orthogonal part of
@@ -724,26 +763,77 @@ def gradient_norms_fast(
 
     Returns
     -------
-    GradientNorms
-        Monte-Carlo means with standard errors ``std / sqrt(samples)``.
+    dict of ndarray, each of shape (samples,)
+        ``"logits"``, ``"query"``, ``"keys"``, ``"values"``: the four norms
+        per query. And where the gradients go: ``"logit_sum"``, the sum
+        ``1^T dL/ds`` (0 up to rounding, since ``J 1 = 0``);
+        ``"logit_top2"``, the share of ``||dL/ds||^2`` on the two keys with the
+        largest weights; ``"logit_top2_sum"``, ``|ds_(1) + ds_(2)| / (|ds_(1)|
+        + |ds_(2)|)`` on those two keys (near 0 when they carry opposite
+        signs); ``"value_top"``, the share ``max_j p_j^2 / ||p||^2`` of
+        ``||dL/dV||_F^2`` on the key with the largest weight. The shares are
+        ``nan``-free: a row with ``dL/ds = 0`` exactly counts as share 1 and
+        sum 0.
     """
     d, n_keys, scaled, samples = _check_sampling_args(d, n_keys, scaled, samples)
     rng = _as_rng(seed)
     c = 1.0 / math.sqrt(d) if scaled else 1.0
     r = np.sqrt(rng.chisquare(d, size=samples))
     w = rng.chisquare(d - 1, size=samples) if d > 1 else np.zeros(samples)
-    out: dict[str, list[np.ndarray]] = {"logits": [], "query": [], "keys": [], "values": []}
+    names = ("logits", "query", "keys", "values", "logit_sum", "logit_top2",
+             "logit_top2_sum", "value_top")
+    out: dict[str, list[np.ndarray]] = {name: [] for name in names}
     chunk = _chunk_size(3 * n_keys)
     for start in range(0, samples, chunk):
         stop = min(samples, start + chunk)
         a = rng.standard_normal((stop - start, n_keys))
         u = rng.standard_normal((stop - start, n_keys))
         p = softmax((c * r[start:stop, None]) * a, axis=-1)
-        ds = p * (u - np.sum(p * u, axis=-1, keepdims=True))
-        ds_norm = np.sqrt(np.sum(ds * ds, axis=-1))
+        ds = _logit_gradient(p, u)
+        ds2 = np.sum(ds * ds, axis=-1)
+        ds_norm = np.sqrt(ds2)
         out["logits"].append(ds_norm)
         out["query"].append(c * np.sqrt(np.sum(a * ds, axis=-1) ** 2
-                                        + ds_norm**2 * w[start:stop]))
+                                        + ds2 * w[start:stop]))
         out["keys"].append(c * ds_norm * r[start:stop])
-        out["values"].append(np.sqrt(np.sum(p * p, axis=-1)))
-    return _gradient_summary(out, samples)
+        p2 = np.sum(p * p, axis=-1)
+        out["values"].append(np.sqrt(p2))
+        out["logit_sum"].append(np.sum(ds, axis=-1))
+        order = np.argsort(-p, axis=-1)[:, :2] if n_keys > 1 else np.zeros((stop - start, 1),
+                                                                              dtype=int)
+        top = np.take_along_axis(ds, order, axis=-1)
+        safe = np.where(ds2 > 0.0, ds2, 1.0)
+        out["logit_top2"].append(np.where(ds2 > 0.0, np.sum(top * top, axis=-1) / safe, 1.0))
+        den = np.sum(np.abs(top), axis=-1)
+        out["logit_top2_sum"].append(
+            np.abs(np.sum(top, axis=-1)) / np.where(den > 0.0, den, 1.0))
+        out["value_top"].append(np.max(p, axis=-1) ** 2 / p2)
+    return {name: np.concatenate(parts) for name, parts in out.items()}
+
+
+def gradient_norms_fast(
+    d: int,
+    n_keys: int,
+    scaled: bool = True,
+    samples: int = 20_000,
+    seed: int | np.random.Generator = 0,
+) -> GradientNorms:
+    """The statistics of :func:`gradient_norms`, sampled exactly in ``O(N)`` per draw.
+
+    The means, standard errors and quantiles of the per-query norms of
+    :func:`gradient_samples` (see there for the exact sampler).
+
+    Parameters
+    ----------
+    d, n_keys, scaled, samples, seed
+        As in :func:`sample_logits`.
+
+    Returns
+    -------
+    GradientNorms
+        Monte-Carlo means with standard errors ``std / sqrt(samples)``, and
+        quantiles.
+    """
+    x = gradient_samples(d, n_keys, scaled, samples, seed)
+    return _gradient_summary({name: [x[name]] for name in
+                              ("logits", "query", "keys", "values")}, samples)

@@ -15,6 +15,11 @@ Conventions
 - Norms are operator norms of :math:`J` acting on column vectors: ``ord=2``
   is the spectral norm (the largest eigenvalue, as :math:`J` is PSD) and
   ``ord=numpy.inf`` the largest absolute row sum.
+- **Masks.** A logit of ``-inf`` is masked (as in causal attention): it gets
+  probability exactly 0, and its row and column of :math:`J` are 0, so the
+  Jacobian and its norms are those of the unmasked sub-vector (up to
+  rounding). ``NaN``, ``+inf`` and a row with every entry masked are
+  rejected with a ``ValueError``.
 - Reductions over the softmax axis return an ndarray of the remaining shape,
   0-d for a 1-D input; ``float(...)`` turns that into a Python float.
 
@@ -54,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_positive_float, as_real_array
+from ._validate import as_positive_float, as_real_array, check_unmasked
 
 __all__ = ["softmax", "softmax_jacobian", "softmax_jacobian_norm", "entropy"]
 
@@ -143,7 +148,8 @@ def softmax(z: Any, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     Parameters
     ----------
     z : array_like, shape (..., n, ...)
-        Finite real logits, at least one axis, no empty axis.
+        Real logits, finite or -inf (masked), at least one axis, no empty
+        axis, and at least one finite entry in every slice along ``axis``.
     axis : int, default -1
         The axis the softmax normalises over.
     temperature : float, default 1.0
@@ -160,12 +166,14 @@ def softmax(z: Any, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     Raises
     ------
     TypeError, ValueError
-        If ``z`` is not a finite non-empty real array, ``axis`` is not a valid
+        If ``z`` is not a non-empty real array of finite or -inf entries
+        with a finite entry in every slice, ``axis`` is not a valid
         axis of ``z`` or ``temperature`` is not a finite positive number.
     """
-    z = as_real_array(z, "z")
+    z = as_real_array(z, "z", allow_masked=True)
     tau = as_positive_float(temperature, "temperature")
     ax = _check_axis(axis, z.ndim)
+    check_unmasked(z, "z", ax - z.ndim)
     with np.errstate(under="ignore"):  # underflow to 0 is the intended rounding
         w = np.exp(_shifted_logits(z, ax, tau))
         return w / w.sum(axis=ax, keepdims=True)
@@ -182,7 +190,8 @@ def softmax_jacobian(z: Any, temperature: float = 1.0) -> np.ndarray:
     Parameters
     ----------
     z : array_like, shape (..., n)
-        Finite real logits; the softmax acts on the last axis and the leading
+        Real logits, finite or -inf (masked, at least one finite per row);
+        the softmax acts on the last axis and the leading
         axes are batch axes.
     temperature : float, default 1.0
         Finite :math:`\tau > 0`.
@@ -197,10 +206,11 @@ def softmax_jacobian(z: Any, temperature: float = 1.0) -> np.ndarray:
     Raises
     ------
     TypeError, ValueError
-        If ``z`` is not a finite non-empty real array or ``temperature`` is not
+        If ``z`` is not a non-empty real array of finite or -inf entries
+        with a finite entry in every row, or ``temperature`` is not
         a finite positive number.
     """
-    z = as_real_array(z, "z")
+    z = check_unmasked(as_real_array(z, "z", allow_masked=True), "z")
     tau = as_positive_float(temperature, "temperature")
     with np.errstate(under="ignore"):
         _, w, top, rest, total = _weights(z, tau)
@@ -209,6 +219,7 @@ def softmax_jacobian(z: Any, temperature: float = 1.0) -> np.ndarray:
         idx = np.arange(z.shape[-1])
         jac[..., idx, idx] = p * _one_minus_p(p, top, rest, total)
         jac /= tau
+        jac += 0.0  # masked rows and columns: -0.0 becomes 0.0
     return jac
 
 
@@ -321,7 +332,9 @@ def softmax_jacobian_norm(z: Any, ord: float = 2, temperature: float = 1.0) -> n
     Parameters
     ----------
     z : array_like, shape (..., n)
-        Finite real logits; the softmax acts on the last axis.
+        Real logits, finite or -inf (masked, at least one finite per row);
+        the softmax acts on the last axis. A masked row has the norm of its
+        unmasked sub-vector.
     ord : {2, numpy.inf}, default 2
         Which operator norm.
     temperature : float, default 1.0
@@ -336,10 +349,11 @@ def softmax_jacobian_norm(z: Any, ord: float = 2, temperature: float = 1.0) -> n
     Raises
     ------
     TypeError, ValueError
-        If ``z`` is not a finite non-empty real array, ``ord`` is not 2 or
+        If ``z`` is not a non-empty real array of finite or -inf entries
+        with a finite entry in every row, ``ord`` is not 2 or
         ``numpy.inf``, or ``temperature`` is not a finite positive number.
     """
-    z = as_real_array(z, "z")
+    z = check_unmasked(as_real_array(z, "z", allow_masked=True), "z")
     order = _check_ord(ord)
     tau = as_positive_float(temperature, "temperature")
     n = z.shape[-1]

@@ -14,10 +14,20 @@ It does two things that ``_config.yml`` alone cannot:
    load, is dropped.
 3. **A root ``favicon.ico``.** The redirect page ``index.html`` has no icon
    link, so browsers ask for ``/favicon.ico``; a 404 there is a console error.
-4. **MathJax served from the site.** MathJax 3 comes from the
-   ``django-static-mathjax`` package (pinned in ``requirements.txt``) and is
-   copied into ``_build/html/_static/mathjax``; the pages load it from there,
-   so formulas typeset without internet.
+4. **MathJax served from the site, and only what the pages load.** MathJax 3
+   comes from the ``django-static-mathjax`` package (pinned in
+   ``requirements.txt``). The package holds the whole distribution (43 MB:
+   TypeScript sources, two builds, the speech-rule engine); the pages load
+   one combined component, ``es5/tex-chtml.js``, its web fonts, and on
+   demand the TeX extensions (``\\require``/autoload), the menu's small
+   ``ui`` components and the assistive-MathML component. Only those files
+   (:data:`MATHJAX_FILES`, about 3 MB) are copied into
+   ``_build/html/_static/mathjax``, so formulas typeset without internet and
+   the site stays small.
+5. **No files that pages never load.** The theme ships JavaScript source maps
+   (``*.map``, read only by a browser's developer tools) and gettext
+   catalogues (``_static/locales``, used when Sphinx builds, not by pages);
+   together about 4 MB, they are removed from the built site.
 """
 
 from __future__ import annotations
@@ -27,7 +37,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["inputs_hash", "setup"]
+__all__ = ["MATHJAX_FILES", "inputs_hash", "mathjax_subset", "setup"]
+
+#: Paths under MathJax's ``static/mathjax`` folder that the site ships.
+MATHJAX_FILES = (
+    "LICENSE",
+    "es5/tex-chtml.js",
+    "es5/output/chtml/fonts/woff-v2",
+    "es5/input/tex/extensions",
+    "es5/ui",
+    "es5/a11y/assistive-mml.js",
+)
 
 _WATCHED_SUFFIXES = {".py", ".mplstyle", ".css", ".js", ".txt", ".toml", ".cfg"}
 
@@ -64,6 +84,35 @@ def inputs_hash(root: Path, watch: list[str]) -> str:
     return digest.hexdigest()
 
 
+def mathjax_subset(source: Path, target: Path) -> Path:
+    """Copy :data:`MATHJAX_FILES` from ``source`` into ``target/mathjax``.
+
+    Parameters
+    ----------
+    source : Path
+        MathJax's distribution folder (with ``es5/tex-chtml.js`` inside).
+    target : Path
+        A static folder for Sphinx; it is emptied and refilled, and ends up
+        holding ``mathjax/<the files>``.
+
+    Returns
+    -------
+    Path
+        ``target``, to be appended to ``html_static_path``.
+    """
+    dest = target / "mathjax"
+    if dest.exists():
+        shutil.rmtree(dest)
+    for rel in MATHJAX_FILES:
+        src, out = source / rel, dest / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, out)
+        else:
+            shutil.copy2(src, out)
+    return target
+
+
 def _config_inited(app: Any, config: Any) -> None:
     root = Path(app.srcdir)
     digest = inputs_hash(root, list(config.lipattn_watch))
@@ -80,7 +129,10 @@ def _config_inited(app: Any, config: Any) -> None:
 
     import mathjax  # from django-static-mathjax
 
-    static = Path(mathjax.__file__).parent / "static"
+    source = Path(mathjax.__file__).parent / "static" / "mathjax"
+    static = mathjax_subset(source, Path(app.outdir).parent / "lipattn-mathjax")
+    # files of an earlier, complete copy would otherwise stay in the site
+    shutil.rmtree(Path(app.outdir) / "_static" / "mathjax", ignore_errors=True)
     config.html_static_path = [*config.html_static_path, str(static)]
     config.mathjax_path = "mathjax/es5/tex-chtml.js"
 
@@ -110,6 +162,15 @@ def _write_root_favicon(app: Any, exception: Exception | None) -> None:
     icon.save(Path(app.outdir) / "favicon.ico", format="ICO", sizes=[(32, 32)])
 
 
+def _prune_site(app: Any, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    static = Path(app.outdir) / "_static"
+    for f in static.rglob("*.map"):
+        f.unlink()
+    shutil.rmtree(static / "locales", ignore_errors=True)
+
+
 def setup(app: Any) -> dict[str, Any]:
     """Register the extension with Sphinx."""
     app.add_config_value("lipattn_watch", ["lib", "requirements.txt"], "env")
@@ -118,4 +179,5 @@ def setup(app: Any) -> dict[str, Any]:
     # before myst-nb's own handler (priority 500) adds the page's scripts
     app.connect("html-page-context", _drop_widget_state, priority=400)
     app.connect("build-finished", _write_root_favicon)
+    app.connect("build-finished", _prune_site)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -33,6 +33,7 @@ from ..softmax import entropy, softmax, softmax_jacobian_norm
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
+    "fig_mechanism",
     "D_GRID",
     "mean_inverse_chi",
     "nested_logits",
@@ -145,11 +146,11 @@ def fig_intuition(ds: tuple[int, ...] = (4, 64, 1024), n_keys: int = 64, seed: i
     """One query's sorted attention weights over 64 keys, scaled and unscaled, at a few d."""
     fig, axes = plotting.figure(2, width=8.4, height=3.0, sharey=True)
     rank = np.arange(1, n_keys + 1)
-    for ax, scaled, title in zip(axes, (True, False), ("with $1/\\sqrt{d}$", "without scaling"),
+    for ax, scaled, title in zip(axes, (True, False), ("with $1/\\sqrt{d_k}$", "without scaling"),
                                  strict=True):
         for d, color in zip(ds, ("C2", "C3", "C4"), strict=True):
             p = np.sort(softmax(nested_logits(d, n_keys, scaled, queries=2, seed=seed)[0]))[::-1]
-            ax.plot(rank, np.maximum(p, 1e-300), "o-", ms=3, color=color, label=f"d = {d}")
+            ax.plot(rank, np.maximum(p, 1e-300), "o-", ms=3, color=color, label=f"$d_k$ = {d}")
         ax.axhline(1 / n_keys, color=plotting.ONE_COLOR, ls=":", lw=1, label="uniform 1/N")
         ax.set_yscale("log")
         ax.set_ylim(1e-12, 2)
@@ -235,7 +236,7 @@ def fig_saturation_curves(curves: list[SaturationCurves]) -> Figure:
     for ax, lab in zip(axes, labels, strict=True):
         _log2_axis(ax)
         ax.set_yscale("log")
-        ax.set_xlabel("head dimension d")
+        ax.set_xlabel("head dimension $d_k$")
         ax.set_title(lab)
     handles, labs = axes[0].get_legend_handles_labels()
     fig.legend(handles, labs, loc="outside lower center", ncol=3, fontsize=8.5)
@@ -305,6 +306,40 @@ def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ..
     return fig
 
 
+def fig_mechanism(sigmas: tuple[float, ...] = (1.0, 3.0, 10.0)) -> Figure:
+    """Why E||J||_2 ~ 1/sigma for two keys: the density of the gap against the
+    window 1/(1 + cosh Delta) in which ||J||_2 is not small.
+
+    Left: ``1/(1 + cosh Delta)`` (height 1/2, width about 2) and the density of
+    ``Delta ~ N(0, 2 sigma^2)`` at each sigma. Right: their product, whose area
+    is ``E||J||_2``; the density is nearly flat over the window, at height
+    ``1/(2 sqrt(pi) sigma)``, so the area is about ``2 / (2 sqrt(pi) sigma)``.
+    """
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.1)
+    x = np.linspace(-12.0, 12.0, 1201)
+    window = 1.0 / (1.0 + np.cosh(x))
+    ax1.plot(x, window, color="k", lw=2, label=r"$\|J\|_2 = 1/(1+\cosh\Delta)$")
+    for sig, color in zip(sigmas, ("C0", "C1", "C2", "C3"), strict=False):
+        dens = np.exp(-x * x / (4.0 * sig * sig)) / (2.0 * math.sqrt(math.pi) * sig)
+        ax1.plot(x, dens, color=color, ls="--", label=rf"density of $\Delta$, $\sigma = {sig:g}$")
+        prod = dens * window
+        area = float(two_token_expectations(sig).jac_norm)
+        ax2.fill_between(x, prod, color=color, alpha=0.35,
+                         label=rf"$\sigma = {sig:g}$: area {area:.3f}, "
+                               rf"$1/(\sqrt{{\pi}}\sigma)$ = {1 / (math.sqrt(math.pi) * sig):.3f}")
+        ax2.plot(x, prod, color=color, lw=1)
+    ax1.set_xlabel(r"gap $\Delta = s_1 - s_2$")
+    ax1.set_ylim(0, 0.55)
+    ax1.legend(loc="upper right", fontsize=7.5)
+    ax1.set_title("the window and the spread of the gap", fontsize=10)
+    ax2.set_xlabel(r"gap $\Delta$")
+    ax2.set_xlim(-6, 6)
+    ax2.set_ylim(0, 0.21)
+    ax2.legend(loc="upper center", fontsize=7.5)
+    ax2.set_title(r"their product: area = $\mathbb{E}\,\|J\|_2$", fontsize=10)
+    return fig
+
+
 # --------------------------------------------------------------------------
 # The distribution of ||J||_2 over queries
 # --------------------------------------------------------------------------
@@ -323,11 +358,11 @@ def fig_jac_distribution(n_keys: int = 64, ds: tuple[int, ...] = (16, 256, 4096)
         j = jac_norm_samples(d, n_keys, False, queries, seed)
         counts, _ = np.histogram(j, bins=edges)
         ax1.stairs(np.maximum(counts / j.size, 1e-9), edges, color=color, lw=1.6,
-                   label=f"unscaled, d = {d} (mean {j.mean():.3f})")
+                   label=f"unscaled, $d_k$ = {d} (mean {j.mean():.3f})")
     j = jac_norm_samples(ds[-1], n_keys, True, queries, seed)
     counts, _ = np.histogram(j, bins=edges)
     ax1.stairs(np.maximum(counts / j.size, 1e-9), edges, color=_SCALED_COLOR, lw=1.2, ls="--",
-               label=f"scaled, d = {ds[-1]} (mean {j.mean():.3f})")
+               label=f"scaled, $d_k$ = {ds[-1]} (mean {j.mean():.3f})")
     ax1.set_yscale("log")
     ax1.set_ylim(0.5 / queries, 1.5)
     ax1.set_xlim(0, 0.5)
@@ -345,7 +380,7 @@ def fig_jac_distribution(n_keys: int = 64, ds: tuple[int, ...] = (16, 256, 4096)
     _log2_axis(ax2)
     ax2.set_yscale("log")
     ax2.set_ylim(1e-6, 0.8)
-    ax2.set_xlabel("head dimension d (no scaling)")
+    ax2.set_xlabel("head dimension $d_k$ (no scaling)")
     ax2.set_ylabel(r"$\|J\|_2$ across queries")
     ax2.set_title("quantiles over queries")
     ax2.legend(loc="lower left", fontsize=8, ncol=2)
@@ -388,7 +423,7 @@ def fig_nonmonotone(curves: dict[int, np.ndarray], profile: dict[str, np.ndarray
         ax1.axhline(1 / n, color=color, ls=":", lw=1)
     _log2_axis(ax1)
     ax1.set_yscale("log")
-    ax1.set_xlabel("head dimension d (no scaling)")
+    ax1.set_xlabel("head dimension $d_k$ (no scaling)")
     ax1.set_ylabel(r"$\mathbb{E}\,\|J\|_2$")
     ax1.set_title("rise, then fall (dotted: 1/N)")
     ax1.legend(loc="lower left", ncol=2, fontsize=8.5)
@@ -415,38 +450,49 @@ def gradient_curves(n_keys: int = 64, ds: tuple[int, ...] = D_GRID, samples: int
                     seed: int = 0) -> dict:
     """:func:`lipattn.scaling.gradient_norms_fast` at each d, scaled and unscaled.
 
-    Returns ``{"d": ndarray, True: {name: ndarray}, False: {...}}`` with names
-    ``logits, query, keys, values`` and their ``_se``.
+    Returns ``{"d": ndarray, True: {...}, False: {...}}``; each inner dict maps
+    ``logits, query, keys, values`` and their ``_se`` to arrays of shape
+    (len(ds),) (means and standard errors), and ``<name>_q`` to arrays of
+    shape (len(ds), 3), the 10 %, 50 % and 90 % quantiles.
     """
     out: dict = {"d": np.asarray(ds)}
     names = ("logits", "query", "keys", "values")
+    fields = (*names, *(n + "_se" for n in names), *(n + "_q" for n in names))
     for scaled in (True, False):
         rows = [gradient_norms_fast(d, n_keys, scaled, samples, seed=seed + 104729 * k)
                 for k, d in enumerate(ds)]
-        out[scaled] = {n: np.array([getattr(r, n) for r in rows])
-                       for n in (*names, *(n + "_se" for n in names))}
+        out[scaled] = {f: np.array([getattr(r, f) for r in rows]) for f in fields}
     return out
 
 
 def fig_gradients(grads: dict, n_keys: int = 64) -> Figure:
-    """Mean gradient norms against d, one panel per quantity, scaled vs unscaled."""
-    fig, axes = plotting.figure(3, width=8.4, height=3.0, sharex=True)
+    """Gradient norms against d: median with a 10-90 % band, and the mean.
+
+    One panel per gradient, scaled against unscaled. The median and the band
+    show the typical query; the mean (open markers) is carried by a few.
+    """
+    fig, axes = plotting.figure(3, width=8.4, height=3.3, sharex=True)
     dd = grads["d"]
     panels = {"logits": r"logits $\|\partial L/\partial s\|$",
               "query": r"query $\|\partial L/\partial q\|$ ($\propto W_Q$)",
               "values": r"values $\|\partial L/\partial V\|_F$"}
+    floor = 1e-8
     for ax, (name, title) in zip(axes, panels.items(), strict=True):
-        for scaled, color, ls, lab in ((True, _SCALED_COLOR, "-", r"with $1/\sqrt{d}$"),
+        for scaled, color, ls, lab in ((True, _SCALED_COLOR, "-", r"with $1/\sqrt{d_k}$"),
                                        (False, _UNSCALED_COLOR, "--", "unscaled")):
-            ax.errorbar(dd, grads[scaled][name], yerr=2 * grads[scaled][name + "_se"],
-                        fmt="o" + ls, ms=3.5, lw=1.4, capsize=2, color=color, label=lab)
+            q = np.maximum(grads[scaled][name + "_q"], floor)
+            ax.fill_between(dd, q[:, 0], q[:, 2], color=color, alpha=0.18, lw=0)
+            ax.plot(dd, q[:, 1], ls, color=color, lw=1.6, label=f"median, {lab}")
+            ax.plot(dd, grads[scaled][name], "o", ms=4, mfc="none", color=color,
+                    label=f"mean, {lab}")
         _log2_axis(ax)
         ax.set_yscale("log")
-        ax.set_ylim(5e-3, 5)
-        ax.set_xlabel("head dimension d")
+        ax.set_ylim(floor, 1e2)
+        ax.set_xlabel("head dimension $d_k$")
         ax.set_title(title, fontsize=10)
-    axes[0].set_ylabel(f"mean norm, N = {n_keys}")
-    axes[0].legend(loc="lower left")
+    axes[0].set_ylabel(f"norm, N = {n_keys} (band: 10-90 %)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8.5)
     return fig
 
 
@@ -583,10 +629,10 @@ class DExplorer(Explorer):
     """Drag d with and without 1/sqrt(d): one row, the logits, ||J||_2 over queries, the means."""
 
     name = "scaling-d"
-    title = "Drag the head dimension d: attention with and without the 1/√d scaling"
+    title = "Drag the head dimension dₖ: attention with and without the 1/√dₖ scaling"
     slider_specs = (
-        Slider("d", _D_SLIDER, label="head dimension d", default=64),
-        Slider("scaled", (True, False), label="divide by √d",
+        Slider("d", _D_SLIDER, label="head dimension dₖ", default=64),
+        Slider("scaled", (True, False), label="divide by √dₖ",
                fmt=lambda v: "on (scaled)" if v else "off (unscaled)"),
         Slider("n_keys", _N_GRID, label="keys N", default=64),
     )
@@ -648,7 +694,7 @@ class DExplorer(Explorer):
             self._refs.append(ref)
         _log2_axis(ax_m)
         ax_m.set_ylim(-0.02, 1.05)
-        ax_m.set_xlabel("head dimension d")
+        ax_m.set_xlabel("head dimension $d_k$")
         ax_m.legend(loc="lower center", bbox_to_anchor=(0.5, 0.98), ncol=3, fontsize=8.5)
         self._vline = ax_m.axvline(1.0, color="k", lw=0.8)
         return [*self._bars, self._row_text, self._logit_line, self._logit_text,

@@ -6,14 +6,16 @@ it. Randomness comes from ``np.random.default_rng(seed)``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.ticker import FixedLocator
 
 from .. import plotting
-from .._validate import as_int_at_least
+from .._validate import as_int_at_least, as_positive_float
 from ..softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
 from ..widgets import Explorer, Slider, register
 
@@ -25,6 +27,8 @@ __all__ = [
     "fig_simplex",
     "lipschitz_ratios",
     "fig_lipschitz_ratios",
+    "explorer_logits",
+    "fig_attention_diagram",
     "LogitsExplorer",
     "SaturationExplorer",
 ]
@@ -43,59 +47,99 @@ class SearchResult:
         ``||J(z)||_2`` for random logits ``z = s * g`` with ``g ~ N(0, I_n)``
         and a log-uniform scale ``s`` in ``[1e-2, 1e2]``.
     adversarial : ndarray, shape (steps,)
-        Best ``||J||_2`` so far of a hill climb that starts from random logits
-        and keeps any perturbation that increases the norm.
+        Best ``||J||_2`` so far of the coordinate search, which starts from
+        the best random point (clipped to the box).
     best_logits : ndarray, shape (n,)
-        The logits where the hill climb ended.
+        The logits where the coordinate search ended.
+    box : float
+        The search keeps every logit in ``[-box, box]``.
+    box_sup : float
+        ``sup ||J||_2`` over that box, reached at two logits ``box`` and the
+        others ``-box``: ``1/2 - box_gap``.
+    box_gap : float
+        ``(n - 2) e / (2 (2 + (n - 2) e))`` with ``e = exp(-2 box)``, computed
+        in closed form (positive; ``1/2 - box_sup`` would lose digits).
     """
 
     random: np.ndarray
     adversarial: np.ndarray
     best_logits: np.ndarray
+    box: float
+    box_sup: float
+    box_gap: float
 
 
-def norm_search(n: int = 6, trials: int = 20000, steps: int = 3000, seed: int = 0) -> SearchResult:
+def norm_search(n: int = 6, trials: int = 20000, steps: int = 300, seed: int = 0,
+                box: float = 10.0) -> SearchResult:
     """Search for logits with a large softmax-Jacobian spectral norm.
+
+    Two searches. A random one: ``trials`` logit vectors at log-uniform scales.
+    An adversarial one: a coordinate search started from the best random
+    point, with one step size per logit; each step tries ``z +- step_i e_i``
+    for every ``i`` (one batched norm evaluation), moves to the best candidate
+    if it increases ``||J||_2`` and doubles that coordinate's step, and
+    otherwise halves every step. Logits stay in ``[-box, box]``: the norm
+    approaches 1/2 only as the gap between the tied top logits and the rest
+    grows without bound, and beyond a gap of about 37 the sum ``2 + (n - 2)
+    e^{-gap}`` rounds to 2 in double precision, so the computed norm would be
+    exactly 1/2 (a rounding artefact). Inside the box the supremum is
+    ``1/2 - box_gap`` (Chapter 1, theorem "tight bound" (2)) and the search
+    can be compared with it.
 
     Parameters
     ----------
     n : int
-        Number of logits (>= 2).
+        Number of logits (>= 3).
     trials : int
         Number of random logit vectors (>= 1).
     steps : int
-        Number of hill-climbing steps (>= 1).
+        Number of coordinate-search steps (>= 1).
     seed : int
         Seed of ``np.random.default_rng``.
+    box : float
+        Positive bound on the logits of the coordinate search, at most 15 so
+        that ``box_gap`` is resolved by ``1/2 - ||J||_2`` in double precision.
 
     Returns
     -------
     SearchResult
     """
-    n = as_int_at_least(n, "n", 2)
+    n = as_int_at_least(n, "n", 3)
     trials = as_int_at_least(trials, "trials", 1)
     steps = as_int_at_least(steps, "steps", 1)
+    box = as_positive_float(box, "box")
+    if box > 15.0:
+        raise ValueError(f"box must be a positive number <= 15; got {box!r}")
     rng = np.random.default_rng(seed)
     scales = 10.0 ** rng.uniform(-2, 2, size=(trials, 1))
-    random = softmax_jacobian_norm(scales * rng.standard_normal((trials, n)))
+    logits = scales * rng.standard_normal((trials, n))
+    random = softmax_jacobian_norm(logits)
 
-    z = 3.0 * rng.standard_normal(n)
+    z = np.clip(logits[int(np.argmax(random))], -box, box)
     best = float(softmax_jacobian_norm(z))
+    step = np.ones(n)
+    eye = np.eye(n)
     history = np.empty(steps)
-    step = 1.0
     for t in range(steps):
-        cand = z + step * rng.standard_normal(n)
-        val = float(softmax_jacobian_norm(cand))
-        if val > best:
-            z, best = cand, val
+        moves = step[:, None] * eye
+        cand = np.clip(np.vstack([z + moves, z - moves]), -box, box)
+        vals = softmax_jacobian_norm(cand)
+        k = int(np.argmax(vals))
+        if vals[k] > best:
+            z, best = cand[k], float(vals[k])
+            step[k % n] *= 2.0
         else:
-            step = max(step * 0.995, 1e-3)
+            step *= 0.5
+        np.clip(step, 1e-12, 2.0 * box, out=step)
         history[t] = best
-    return SearchResult(random=random, adversarial=history, best_logits=z)
+    e = math.exp(-2.0 * box)
+    gap = (n - 2) * e / (2.0 * (2.0 + (n - 2) * e))
+    return SearchResult(random=random, adversarial=history, best_logits=z, box=box,
+                        box_sup=1.0 / (2.0 + (n - 2) * e), box_gap=gap)
 
 
 def fig_norm_search(result: SearchResult) -> Figure:
-    """Histogram of the random search and the hill climb's best-so-far curve."""
+    """Histogram of the random search; distance to 1/2 of the coordinate search."""
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.0)
     ax1.hist(result.random, bins=60, color="C0", alpha=0.8)
     ax1.axvline(0.5, color=plotting.HALF_COLOR, ls="--", label="1/2")
@@ -104,13 +148,17 @@ def fig_norm_search(result: SearchResult) -> Figure:
     ax1.set_xlim(0, 0.55)
     ax1.legend(loc="upper left")
     steps = np.arange(1, result.adversarial.size + 1)
-    ax2.plot(steps, result.adversarial, color="C1", label="hill climb, best so far")
-    ax2.axhline(0.5, color=plotting.HALF_COLOR, ls="--", label="1/2")
+    ax2.plot(steps, 0.5 - result.adversarial, color="C1", label="coordinate search")
+    ax2.axhline(0.5 - float(result.random.max()), color="C0", ls=":",
+                label="best random logits")
+    ax2.axhline(result.box_gap, color=plotting.HALF_COLOR, ls="--",
+                label=rf"box optimum, $|z_i| \leq {result.box:g}$")
     ax2.set_xscale("log")
+    ax2.set_yscale("log")
     ax2.set_xlabel("step")
-    ax2.set_ylabel(r"$\|J\|_2$")
-    ax2.set_ylim(0, 0.55)
-    ax2.legend(loc="lower right")
+    ax2.set_ylabel(r"$1/2 - \|J\|_2$ (best so far)")
+    ax2.set_ylim(result.box_gap / 10, 1.0)
+    ax2.legend(loc="upper right", fontsize=8)
     return fig
 
 
@@ -215,9 +263,69 @@ def fig_lipschitz_ratios(ratios: dict[str, np.ndarray]) -> Figure:
 
 
 # --------------------------------------------------------------------------
+# Where the softmax Jacobian sits in self-attention
+# --------------------------------------------------------------------------
+def fig_attention_diagram() -> Figure:
+    """Schematic of single-head self-attention, tokens as rows, with the place of
+    the softmax Jacobians: a perturbation of X reaches f(X) through the logits
+    and the row-wise J_i (logit path) and through V (value path)."""
+    fig, ax = plotting.figure(1, width=8.4, height=3.3)
+    ax.set_xlim(0, 16.8)
+    ax.set_ylim(0, 6.6)
+    ax.set_axis_off()
+    ax.set_aspect("equal")
+
+    def box(x, y, w, h, label, sub="", color="0.92", ec="0.3", lw=1.2):
+        ax.add_patch(Rectangle((x, y), w, h, fc=color, ec=ec, lw=lw))
+        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=14)
+        if sub:
+            ax.text(x + w / 2, y - 0.25, sub, ha="center", va="top", fontsize=10, color="0.3")
+
+    def arrow(x0, y0, x1, y1, text="", color="0.2", dy=0.18, ls="-"):
+        ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="-|>", mutation_scale=12,
+                                     color=color, lw=1.3, ls=ls))
+        if text:
+            ax.text((x0 + x1) / 2, (y0 + y1) / 2 + dy, text, ha="center", va="bottom",
+                    fontsize=10, color=color)
+
+    box(0.2, 2.3, 1.2, 2.0, "$X$", r"$N \times d$")
+    box(2.6, 4.3, 1.0, 1.6, "$Q$", "$XW_Q$")
+    box(2.6, 1.9, 1.0, 1.6, "$K$", "$XW_K$")
+    box(4.9, 2.6, 1.9, 1.9, r"$S$", r"$QK^\top/\sqrt{d_k}$, $N \times N$")
+    box(8.3, 2.6, 1.9, 1.9, r"$P$", "softmax of each row", color="#fde8c8", ec="C1", lw=2)
+    box(11.4, 0.3, 1.0, 1.6, "$V$", "$XW_V$")
+    box(13.9, 2.6, 1.0, 1.9, "$f(X)$", r"$PV$, $N \times d_v$")
+    arrow(1.4, 3.6, 2.6, 5.1)
+    arrow(1.4, 3.1, 2.6, 2.7)
+    arrow(1.4, 2.6, 11.4, 1.1, color="C0")
+    arrow(3.6, 5.1, 4.9, 4.0)
+    arrow(3.6, 2.7, 4.9, 3.1)
+    arrow(6.8, 3.55, 8.3, 3.55, r"row $i$: $J_i$", color="C1")
+    arrow(10.2, 3.55, 13.9, 3.55, "logit path (through $J_i$)", color="C1")
+    arrow(12.4, 1.1, 13.9, 2.7, color="C0")
+    ax.text(13.3, 0.9, "value path\n(P fixed)", ha="left", va="center", fontsize=10,
+            color="C0")
+    ax.text(9.25, 5.05, r"$dp_i = ds_i\, J_i$,  $J_i = \mathrm{diag}(p_i) - p_i p_i^\top$",
+            ha="center", va="bottom", fontsize=11, color="C1")
+    return fig
+
+
+# --------------------------------------------------------------------------
 # Explorers
 # --------------------------------------------------------------------------
 _BASE_LOGITS = np.array([0.0, 1.0, 0.5, 0.0, -1.0])
+
+
+def explorer_logits(z1: float) -> np.ndarray:
+    """The logits the ``softmax-logits`` explorer shows: ``(z1, 1, 0.5, 0, -1)``.
+
+    Returns
+    -------
+    z : ndarray, shape (5,)
+    """
+    z = _BASE_LOGITS.copy()
+    z[0] = float(z1)
+    return z
 
 
 @register
@@ -267,8 +375,7 @@ class LogitsExplorer(Explorer):
         return [*self._bars, self._im, self._tau_line, self._eig, self._text]
 
     def update(self, z1: float, tau: float) -> None:
-        z = _BASE_LOGITS.copy()
-        z[0] = z1
+        z = explorer_logits(z1)
         p = softmax(z, temperature=tau)
         jac = softmax_jacobian(z, temperature=tau)
         for bar, h in zip(self._bars, p, strict=True):
