@@ -66,16 +66,23 @@ def test_vendored_assets_are_not_injected_everywhere(built_html):
     assert len(re.findall(r"mathjax/", page)) == 1
 
 
-MAX_SITE_BYTES = 15 * 1024 * 1024
+MAX_SHARED_BYTES = 7 * 1024 * 1024
 
 
 def test_whole_site_stays_small(built_html):
-    """The built site, everything in _build/html, stays under 15 MB: MathJax is
-    copied in part (lipattn.sphinxext.MATHJAX_FILES), not whole (43 MB)."""
+    """What every page shares (theme, MathJax, search index: all of _build/html
+    but the chapter pages and their figures) stays under 7 MB, so the site is
+    that plus at most MAX_PAGE_BYTES per page (test_page_weight_with_its_frames_and_figures).
+    MathJax is copied in part (lipattn.sphinxext.MATHJAX_FILES), not whole (43 MB)."""
     files = [f for f in built_html.rglob("*") if f.is_file()]
-    total = sum(f.stat().st_size for f in files)
     mathjax = sum(f.stat().st_size for f in files if "_static/mathjax" in f.as_posix())
     assert mathjax < 4e6, f"MathJax takes {mathjax / 1e6:.1f} MB"
     unused = [f.name for f in files if f.suffix == ".map" or "_static/locales" in f.as_posix()]
     assert not unused, unused[:5]
-    assert total <= MAX_SITE_BYTES, f"_build/html is {total / 1e6:.1f} MB"
+    own = {"chapters", "_images"}
+    shared = sum(f.stat().st_size for f in files
+                 if f.relative_to(built_html).parts[0] not in own)
+    assert shared <= MAX_SHARED_BYTES, f"shared assets take {shared / 1e6:.1f} MB"
+    pages = list((built_html / "chapters").glob("*.html"))
+    total = sum(f.stat().st_size for f in files)
+    assert total <= MAX_SHARED_BYTES + MAX_PAGE_BYTES * len(pages), f"{total / 1e6:.1f} MB"
