@@ -1,0 +1,127 @@
+"""The audit's data structure and its renderings (lipattn/audit.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import ROOT
+from markdown_it import MarkdownIt
+
+from lipattn import audit
+from lipattn.audit import CLAIMS, VERDICTS, Claim, Part
+
+CHAPTERS = ROOT / "chapters"
+
+
+def _table_rows(markdown: str) -> list[list[str]]:
+    """Cells of a pipe table, parsed by markdown-it (the parser MyST uses)."""
+    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    rows, row = [], None
+    for tok in tokens:
+        if tok.type == "tr_open":
+            row = []
+        elif tok.type == "inline" and row is not None:
+            row.append(tok.content)
+        elif tok.type == "tr_close":
+            rows.append(row)
+            row = None
+    return rows
+
+
+def test_the_card_has_eight_claims_with_known_verdicts():
+    assert [c.number for c in CLAIMS] == list(range(1, 9))
+    for c in CLAIMS:
+        assert c.parts and all(p.verdict in VERDICTS for p in c.parts)
+        assert (CHAPTERS / f"{c.chapter}.md").is_file() or c.chapter.startswith("04_")
+        assert set(c.trap) == {"en", "zh"}
+        assert re.search(r"[\u4e00-\u9fff]", c.trap["zh"]), c.number
+
+
+def test_table_has_one_row_per_claim_matching_the_data():
+    rows = _table_rows(audit.verdict_table())
+    assert rows[0] == ["#", "The card says", "Verdict", "The correct statement", "Settled in"]
+    body = rows[1:]
+    assert len(body) == len(CLAIMS)
+    for row, c in zip(body, CLAIMS, strict=True):
+        assert len(row) == 5
+        assert row[0] == f"{{ref}}`{c.number} <audit-claim-{c.number}>`"
+        for p in c.parts:
+            assert p.says in row[1]  # escaped pipes come back as they were
+            assert f"**{p.verdict}**" in row[2]
+        assert row[3] == c.correct
+        assert f"{{doc}}`{c.chapter}`" in row[4]
+        for ref in c.refs:
+            assert f"{{prf:ref}}`{ref}`" in row[4]
+
+
+def test_multi_part_verdicts_are_numbered_in_claim_and_verdict():
+    two = next(c for c in CLAIMS if len(c.parts) == 2)
+    row = _table_rows(audit.verdict_table((two,)))[1]
+    assert row[1].startswith("(1) ") and " (2) " in row[1]
+    assert row[2] == f"**{two.parts[0].verdict}** (1); **{two.parts[1].verdict}** (2)"
+
+
+def test_box_repeats_the_tables_row():
+    for c in CLAIMS:
+        box = audit.claim_box(c.number)
+        assert all(line.startswith(">") for line in box.splitlines())
+        assert c.correct in box and f"{{doc}}`{c.chapter}`" in box
+        for p in c.parts:
+            assert p.says in box and p.verdict in box
+
+
+def test_audit_page_has_one_section_per_claim_in_order():
+    """Headings name the claims' topics and carry the labels the table links to;
+    each section shows its box and asserts the data structure's verdicts."""
+    page = (CHAPTERS / "audit.md").read_text(encoding="utf-8")
+    found = re.findall(r"^\(audit-claim-(\d)\)=\n## Claim (\d): (.+)$", page, re.M)
+    assert [(int(a), int(b), t) for a, b, t in found] == [
+        (c.number, c.number, c.topic) for c in CLAIMS]
+    for c in CLAIMS:
+        assert f"```{{glue:md}} box_{c.number}\n:format: myst\n```" in page
+        assert f"audit.claim({c.number}).verdicts == {c.verdicts!r}".replace("'", "\"") in page
+
+
+def test_traps_one_line_per_claim_per_language():
+    en, zh = audit.traps("en").splitlines(), audit.traps("zh").splitlines()
+    assert len(en) == len(zh) == len(CLAIMS)
+    for line_en, line_zh, c in zip(en, zh, CLAIMS, strict=True):
+        assert line_en.startswith(f"{c.number}. ") and c.trap["en"] in line_en
+        assert c.trap["zh"] in line_zh and f"<audit-claim-{c.number}>" in line_zh
+    assert "**错误**" in audit.traps("zh") and "**false**" not in audit.traps("zh")
+
+
+def test_interview_answer_reads_the_chapters_block_quote(tmp_path):
+    page = tmp_path / "ch.md"
+    page.write_text("# T\n\n## Interview answer\n\n> one\n> two\n\n## Exercises\n> not this\n")
+    assert audit.interview_answer(page) == "> one\n> two"
+    answer = audit.interview_answer(CHAPTERS / "01_softmax_jacobian.md")
+    assert answer.startswith("> ") and "\\frac12" in answer
+    page.write_text("# T\n\n## Interview answer\n\nplain text\n")
+    with pytest.raises(ValueError, match="block quote"):
+        audit.interview_answer(page)
+    page.write_text("# T\n")
+    with pytest.raises(ValueError, match="Interview answer"):
+        audit.interview_answer(page)
+    with pytest.raises(ValueError, match="chapter file"):
+        audit.interview_answer(tmp_path / "missing.md")
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        Part("x", "maybe")
+    with pytest.raises(ValueError, match="says must be"):
+        Part(" ", "true")
+    with pytest.raises(ValueError, match="parts must not be empty"):
+        Claim(9, "t", (), "c", "ch", (), {"en": "", "zh": ""})
+    with pytest.raises(ValueError, match="trap must have"):
+        Claim(9, "t", (Part("x", "true"),), "c", "ch", (), {"en": ""})
+    with pytest.raises(ValueError, match="number must be one of"):
+        audit.claim(9)
+    with pytest.raises(TypeError, match="number must be an int"):
+        audit.claim("1")
+    with pytest.raises(TypeError, match="claims must be"):
+        audit.verdict_table(())
+    with pytest.raises(ValueError, match="lang must be one of"):
+        audit.traps("fr")
