@@ -1,0 +1,187 @@
+r"""Experiments of the Pre-LN vs Post-LN chapter: gradients at initialisation,
+depth scaling, and the amplification effect.
+
+Every experiment draws ``seeds`` independent models (``init_params`` with
+seeds ``0, 1, ...``) and inputs with i.i.d. :math:`N(0, 1)` entries, and runs
+them as one batch (a leading seed axis). The loss at initialisation is a
+random linear read-out :math:`\ell = \langle G, Y\rangle` with
+:math:`G_{ij} \sim N(0, 1)`, so ``grad_out = G``: it exercises every output
+direction equally and has no preferred scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validate import as_int_at_least, as_positive_float
+from .transformer import MATRICES, _backward, _forward, init_params, stack_params
+
+__all__ = ["InitProfile", "init_profile", "last_layer_gradients", "fit_power",
+           "fit_log", "amplification"]
+
+
+@dataclass
+class InitProfile:
+    """Per-layer statistics at initialisation, one row per seed.
+
+    Attributes
+    ----------
+    grad : ndarray, shape (seeds, L, 6)
+        Frobenius norm of the gradient of each weight matrix, in the order of
+        :data:`lipattn.transformer.MATRICES`.
+    second_moment : ndarray, shape (seeds, L + 1)
+        Mean squared entry of the residual stream entering each layer (and, last,
+        of the final stream, before Pre-LN's final LayerNorm).
+    diversity : ndarray, shape (seeds, L + 1)
+        Token diversity of the same states.
+    stream_grad : ndarray, shape (seeds, L + 1)
+        Frobenius norm of the loss gradient with respect to those states.
+    """
+
+    variant: str
+    grad: np.ndarray
+    second_moment: np.ndarray
+    diversity: np.ndarray
+    stream_grad: np.ndarray
+
+
+def _models(layers: int, d: int, seeds: int, heads: int) -> list[dict]:
+    return stack_params([init_params(layers, d, heads=heads, seed=s) for s in range(seeds)])
+
+
+def init_profile(layers: int, d: int, variant: str, *, seeds: int = 8, n_tokens: int = 16,
+                 heads: int = 1) -> InitProfile:
+    """Gradient norms, residual-stream size and token diversity at initialisation.
+
+    Parameters
+    ----------
+    layers, d : int
+        Depth L and model dimension.
+    variant : {"post", "pre"}
+    seeds : int
+        Independent models (and inputs).
+    n_tokens : int
+        Tokens N per input.
+
+    Returns
+    -------
+    InitProfile
+    """
+    from .transformer import token_diversity
+    layers = as_int_at_least(layers, "layers", 1)
+    seeds = as_int_at_least(seeds, "seeds", 1)
+    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
+    if variant not in ("post", "pre"):
+        raise ValueError(f"variant must be 'post' or 'pre'; got {variant!r}")
+    P = _models(layers, d, seeds, heads)
+    rng = np.random.default_rng([layers, d, n_tokens])
+    X = rng.standard_normal((seeds, n_tokens, d))
+    G = rng.standard_normal((seeds, n_tokens, d))
+    _, caches, stream = _forward(P, X, variant)
+    grads, _, dstream = _backward(P, caches, G, variant)
+    gn = np.stack([[np.linalg.norm(g[k], axis=(-2, -1)) for k in MATRICES] for g in grads])
+    return InitProfile(
+        variant, np.moveaxis(gn, -1, 0),
+        np.stack([np.mean(x**2, axis=(-2, -1)) for x in stream], axis=1),
+        np.stack([token_diversity(x) for x in stream], axis=1),
+        np.stack([np.linalg.norm(g, axis=(-2, -1)) for g in dstream], axis=1))
+
+
+def last_layer_gradients(depths, d: int, *, seeds: int = 8, matrix: str = "W_2",
+                         n_tokens: int = 16) -> dict[str, np.ndarray]:
+    """The last layer's gradient norm for each depth and both variants.
+
+    Returns
+    -------
+    dict
+        ``"post"``, ``"pre"`` -> ndarray, shape (len(depths), seeds).
+    """
+    if matrix not in MATRICES:
+        raise ValueError(f"matrix must be one of {MATRICES}; got {matrix!r}")
+    j = MATRICES.index(matrix)
+    return {v: np.array([init_profile(L, d, v, seeds=seeds, n_tokens=n_tokens).grad[:, -1, j]
+                         for L in depths]) for v in ("post", "pre")}
+
+
+def fit_power(x, y) -> tuple[float, float, float]:
+    r"""Least-squares fit of :math:`\log y = a + b \log x`.
+
+    Returns
+    -------
+    b, a, se_b : float
+        Exponent, intercept and the exponent's standard error.
+    """
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    if lx.shape != ly.shape or lx.size < 3 or not np.all(np.isfinite(lx + ly)):
+        raise ValueError("x and y must be positive arrays of the same shape, at least 3 points")
+    A = np.stack([np.ones_like(lx), lx], axis=1)
+    coef, res, *_ = np.linalg.lstsq(A, ly, rcond=None)
+    sigma2 = float(res[0]) / (lx.size - 2) if res.size else 0.0
+    se = float(np.sqrt(sigma2 / np.sum((lx - lx.mean()) ** 2)))
+    return float(coef[1]), float(coef[0]), se
+
+
+def fit_log(x, y) -> tuple[float, float, float]:
+    r"""Least-squares fit of :math:`y = a + b \ln x`; returns (b, a, rms residual / mean y)."""
+    lx, y = np.log(np.asarray(x, float)), np.asarray(y, float)
+    A = np.stack([np.ones_like(lx), lx], axis=1)
+    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+    rel = float(np.sqrt(np.mean((A @ coef - y) ** 2)) / np.mean(y))
+    return float(coef[1]), float(coef[0]), rel
+
+
+def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
+                  kind: str = "sign", n_tokens: int = 16) -> dict[str, np.ndarray]:
+    r"""Output change under a small perturbation of every weight matrix.
+
+    Each weight matrix :math:`W` (the six of every layer; not biases or gains)
+    moves by :math:`\Delta W = -\eta\, S` with :math:`\eta` = ``size`` and
+
+    - ``kind="sign"``: :math:`S = \operatorname{sign}(\partial\ell/\partial W)`,
+      the first step of Adam with learning rate :math:`\eta` on the random
+      read-out loss :math:`\ell`;
+    - ``kind="random"``: :math:`S` with i.i.d. :math:`\pm 1` entries, the same
+      size in a random direction.
+
+    Parameters
+    ----------
+    depths : sequence of int
+    d : int
+    seeds : int
+    size : float
+        :math:`\eta`, the change of every entry (the relative change of a
+        d x d Xavier matrix is :math:`\eta\sqrt{3d/2}`).
+    kind : {"sign", "random"}
+
+    Returns
+    -------
+    dict
+        ``"post"``, ``"pre"`` -> ndarray, shape (len(depths), seeds): the mean
+        squared entry of :math:`F(\theta + \Delta) - F(\theta)`.
+    """
+    size = as_positive_float(size, "size")
+    if kind not in ("sign", "random"):
+        raise ValueError(f"kind must be 'sign' or 'random'; got {kind!r}")
+    out = {}
+    for v in ("post", "pre"):
+        rows = []
+        for L in depths:
+            L = as_int_at_least(L, "depths", 1)
+            P = _models(L, d, seeds, 1)
+            rng = np.random.default_rng([L, d, 7])
+            X = rng.standard_normal((seeds, n_tokens, d))
+            Y, caches, _ = _forward(P, X, v)
+            if kind == "sign":
+                grads, _, _ = _backward(P, caches, rng.standard_normal(Y.shape), v)
+                steps = [{k: np.sign(g[k]) for k in MATRICES} for g in grads]
+            else:
+                steps = [{k: rng.choice([-1.0, 1.0], size=np.shape(p[k])) for k in MATRICES}
+                         for p in P]
+            Q = [p | {k: p[k] - size * s[k] for k in MATRICES}
+                 for p, s in zip(P, steps, strict=True)]
+            Y2 = _forward(Q, X, v, keep=False)[0]
+            rows.append(np.mean((Y2 - Y) ** 2, axis=(-2, -1)))
+        out[v] = np.array(rows)
+    return out
