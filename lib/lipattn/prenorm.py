@@ -133,7 +133,8 @@ def fit_log(x, y) -> tuple[float, float, float]:
 
 
 def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
-                  kind: str = "sign", n_tokens: int = 16) -> dict[str, np.ndarray]:
+                  kind: str = "sign", n_tokens: int = 16, directions: int = 4
+                  ) -> dict[str, np.ndarray]:
     r"""Output change under a small perturbation of every weight matrix.
 
     Each weight matrix :math:`W` (the six of every layer; not biases or gains)
@@ -154,6 +155,9 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
         :math:`\eta`, the change of every entry (the relative change of a
         d x d Xavier matrix is :math:`\eta\sqrt{3d/2}`).
     kind : {"sign", "random"}
+    directions : int
+        For ``"random"``, the number of random perturbations per model whose
+        results are averaged (``"sign"`` has one direction, the gradient's).
 
     Returns
     -------
@@ -161,6 +165,7 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
         ``"post"``, ``"pre"`` -> ndarray, shape (len(depths), seeds): the mean
         squared entry of :math:`F(\theta + \Delta) - F(\theta)`.
     """
+    directions = as_int_at_least(directions, "directions", 1)
     size = as_positive_float(size, "size")
     if kind not in ("sign", "random"):
         raise ValueError(f"kind must be 'sign' or 'random'; got {kind!r}")
@@ -173,15 +178,19 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
             rng = np.random.default_rng([L, d, 7])
             X = rng.standard_normal((seeds, n_tokens, d))
             Y, caches, _ = _forward(P, X, v)
-            if kind == "sign":
-                grads, _, _ = _backward(P, caches, rng.standard_normal(Y.shape), v)
-                steps = [{k: np.sign(g[k]) for k in MATRICES} for g in grads]
-            else:
-                steps = [{k: rng.choice([-1.0, 1.0], size=np.shape(p[k])) for k in MATRICES}
-                         for p in P]
-            Q = [p | {k: p[k] - size * s[k] for k in MATRICES}
-                 for p, s in zip(P, steps, strict=True)]
-            Y2 = _forward(Q, X, v, keep=False)[0]
-            rows.append(np.mean((Y2 - Y) ** 2, axis=(-2, -1)))
+            change = np.zeros(seeds)
+            reps = 1 if kind == "sign" else directions
+            for _ in range(reps):
+                if kind == "sign":
+                    grads, _, _ = _backward(P, caches, rng.standard_normal(Y.shape), v)
+                    steps = [{k: np.sign(g[k]) for k in MATRICES} for g in grads]
+                else:
+                    steps = [{k: rng.choice([-1.0, 1.0], size=np.shape(p[k]))
+                              for k in MATRICES} for p in P]
+                Q = [p | {k: p[k] - size * s[k] for k in MATRICES}
+                     for p, s in zip(P, steps, strict=True)]
+                Y2 = _forward(Q, X, v, keep=False)[0]
+                change += np.mean((Y2 - Y) ** 2, axis=(-2, -1)) / reps
+            rows.append(change)
         out[v] = np.array(rows)
     return out

@@ -163,6 +163,22 @@ def _merge(Z: np.ndarray) -> np.ndarray:
     return Z.reshape(*Z.shape[:-2], -1)
 
 
+def _linear(H: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``H @ W`` with the token rows of each weight's batch merged into one matmul.
+
+    Numerically the same as ``H @ W``; merging the (broadcast) batch axes makes
+    one BLAS call per weight instead of one per sequence.
+    """
+    if W.ndim == 2:
+        return (H.reshape(-1, H.shape[-1]) @ W).reshape(*H.shape[:-1], W.shape[-1])
+    k = W.ndim - 2  # W: (*R, 1, ..., 1, m, n) against H: (*R, *B, N, m)
+    r = next((i for i in range(k) if W.shape[i] == 1), k)
+    if H.ndim == W.ndim and all(n == 1 for n in W.shape[r:k]) and H.shape[:r] == W.shape[:r]:
+        out = H.reshape(*H.shape[:r], -1, H.shape[-1]) @ W.reshape(*W.shape[:r], *W.shape[-2:])
+        return out.reshape(*H.shape[:-1], W.shape[-1])
+    return H @ W
+
+
 def _reduce_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum ``g`` over the axes along which an array of ``shape`` was broadcast."""
     extra = g.ndim - len(shape)
@@ -205,11 +221,11 @@ def _ln_plain_bwd(dy, y, inv_s):
 
 def _attn_fwd(H, p):
     heads = int(p["heads"])
-    Q, K, V = (_split(H @ p[k], heads) for k in ("W_Q", "W_K", "W_V"))
+    Q, K, V = (_split(_linear(H, p[k]), heads) for k in ("W_Q", "W_K", "W_V"))
     S = (Q @ np.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(Q.shape[-1]))
     P = softmax(S, axis=-1).astype(H.dtype, copy=False)
     A = _merge(P @ V)
-    return A @ p["W_O"] + p["b_O"], (H, Q, K, V, P, A)
+    return _linear(A, p["W_O"]) + p["b_O"], (H, Q, K, V, P, A)
 
 
 def _attn_bwd(dout, cache, p, grads):
@@ -217,7 +233,7 @@ def _attn_bwd(dout, cache, p, grads):
     heads = int(p["heads"])
     grads["W_O"] = _wgrad(A, dout, np.shape(p["W_O"]))
     grads["b_O"] = _reduce_to(dout, np.shape(p["b_O"]))
-    dA = _split(dout @ np.swapaxes(p["W_O"], -1, -2), heads)
+    dA = _split(_linear(dout, np.swapaxes(p["W_O"], -1, -2)), heads)
     dP = dA @ np.swapaxes(V, -1, -2)
     dV = np.swapaxes(P, -1, -2) @ dA
     dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True)) * (1.0 / math.sqrt(Q.shape[-1]))
@@ -226,24 +242,24 @@ def _attn_bwd(dout, cache, p, grads):
     for k, dZ in (("W_Q", dQ), ("W_K", dK), ("W_V", dV)):
         dZ = _merge(dZ)
         grads[k] = _wgrad(H, dZ, np.shape(p[k]))
-        dH = dH + dZ @ np.swapaxes(p[k], -1, -2)
+        dH = dH + _linear(dZ, np.swapaxes(p[k], -1, -2))
     return dH
 
 
 def _ffn_fwd(H, p):
-    Z = H @ p["W_1"] + p["b_1"]
+    Z = _linear(H, p["W_1"]) + p["b_1"]
     R = np.maximum(Z, 0)
-    return R @ p["W_2"] + p["b_2"], (H, Z, R)
+    return _linear(R, p["W_2"]) + p["b_2"], (H, Z, R)
 
 
 def _ffn_bwd(dout, cache, p, grads):
     H, Z, R = cache
     grads["W_2"] = _wgrad(R, dout, np.shape(p["W_2"]))
     grads["b_2"] = _reduce_to(dout, np.shape(p["b_2"]))
-    dZ = (dout @ np.swapaxes(p["W_2"], -1, -2)) * (Z > 0)
+    dZ = _linear(dout, np.swapaxes(p["W_2"], -1, -2)) * (Z > 0)
     grads["W_1"] = _wgrad(H, dZ, np.shape(p["W_1"]))
     grads["b_1"] = _reduce_to(dZ, np.shape(p["b_1"]))
-    return dZ @ np.swapaxes(p["W_1"], -1, -2)
+    return _linear(dZ, np.swapaxes(p["W_1"], -1, -2))
 
 
 def _forward(params, X, variant, keep=True):

@@ -5,4 +5,4 @@ these modules only arrange it into figures. Importing this package registers
 every explorer in :data:`lipattn.widgets.EXPLORERS`.
 """
 
-from . import scaling, softmax  # noqa: F401
+from . import prenorm, scaling, softmax  # noqa: F401
