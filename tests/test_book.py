@@ -10,7 +10,8 @@ import pytest
 pytestmark = pytest.mark.book
 
 PAGES = ["chapters/intro.html", "chapters/01_softmax_jacobian.html",
-         "chapters/02_scaling_saturation.html", "chapters/references.html"]
+         "chapters/02_scaling_saturation.html", "chapters/04_prenorm_postnorm.html",
+         "chapters/references.html"]
 MAX_PAGE_BYTES = 3 * 1024 * 1024
 
 
@@ -48,6 +49,8 @@ def test_explorers_appear_as_players(built_html):
     assert ch1.count('class="lipattn-player"') >= 2
     ch2 = _page(built_html, PAGES[2])
     assert ch2.count('class="lipattn-player"') >= 2
+    ch4 = _page(built_html, "chapters/04_prenorm_postnorm.html")
+    assert ch4.count('class="lipattn-player"') >= 2
 
 
 def test_vendored_assets_are_not_injected_everywhere(built_html):

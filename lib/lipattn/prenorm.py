@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._blas import single_threaded
 from ._validate import as_int_at_least, as_positive_float
 from .transformer import MATRICES, _backward, _forward, init_params, stack_params
 
@@ -24,7 +25,7 @@ __all__ = ["InitProfile", "init_profile", "last_layer_gradients", "fit_power",
 
 @dataclass
 class InitProfile:
-    """Per-layer statistics at initialisation, one row per seed.
+    r"""Per-layer statistics at initialisation, one row per seed.
 
     Attributes
     ----------
@@ -38,6 +39,11 @@ class InitProfile:
         Token diversity of the same states.
     stream_grad : ndarray, shape (seeds, L + 1)
         Frobenius norm of the loss gradient with respect to those states.
+    inv_s : ndarray, shape (seeds, L, 2)
+        :math:`1/s = \|J\|_2` of the two LayerNorms of each layer (their
+        Jacobian norm without gain, :mod:`lipattn.layernorm`), mean over tokens.
+    final_inv_s : ndarray, shape (seeds,)
+        The same for Pre-LN's final LayerNorm (NaN-free; zeros for Post-LN).
     """
 
     variant: str
@@ -45,12 +51,15 @@ class InitProfile:
     second_moment: np.ndarray
     diversity: np.ndarray
     stream_grad: np.ndarray
+    inv_s: np.ndarray
+    final_inv_s: np.ndarray
 
 
 def _models(layers: int, d: int, seeds: int, heads: int) -> list[dict]:
     return stack_params([init_params(layers, d, heads=heads, seed=s) for s in range(seeds)])
 
 
+@single_threaded
 def init_profile(layers: int, d: int, variant: str, *, seeds: int = 8, n_tokens: int = 16,
                  heads: int = 1) -> InitProfile:
     """Gradient norms, residual-stream size and token diversity at initialisation.
@@ -82,11 +91,16 @@ def init_profile(layers: int, d: int, variant: str, *, seeds: int = 8, n_tokens:
     _, caches, stream = _forward(P, X, variant)
     grads, _, dstream = _backward(P, caches, G, variant)
     gn = np.stack([[np.linalg.norm(g[k], axis=(-2, -1)) for k in MATRICES] for g in grads])
+    layer_caches, final = caches
+    inv_s = np.array([[c[1][1].mean(axis=(-2, -1)), c[3][1].mean(axis=(-2, -1))]
+                      for c in layer_caches])  # (L, 2, seeds)
+    final_inv_s = final[1].mean(axis=(-2, -1)) if final is not None else np.zeros(seeds)
     return InitProfile(
         variant, np.moveaxis(gn, -1, 0),
         np.stack([np.mean(x**2, axis=(-2, -1)) for x in stream], axis=1),
         np.stack([token_diversity(x) for x in stream], axis=1),
-        np.stack([np.linalg.norm(g, axis=(-2, -1)) for g in dstream], axis=1))
+        np.stack([np.linalg.norm(g, axis=(-2, -1)) for g in dstream], axis=1),
+        np.moveaxis(inv_s, -1, 0), final_inv_s)
 
 
 def last_layer_gradients(depths, d: int, *, seeds: int = 8, matrix: str = "W_2",
@@ -132,6 +146,7 @@ def fit_log(x, y) -> tuple[float, float, float]:
     return float(coef[1]), float(coef[0]), rel
 
 
+@single_threaded
 def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
                   kind: str = "sign", n_tokens: int = 16, directions: int = 4
                   ) -> dict[str, np.ndarray]:
@@ -152,8 +167,10 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
     d : int
     seeds : int
     size : float
-        :math:`\eta`, the change of every entry (the relative change of a
-        d x d Xavier matrix is :math:`\eta\sqrt{3d/2}`).
+        :math:`\eta`, the change of every entry. For Xavier-uniform weights
+        the relative change is :math:`\eta` over the entries' r.m.s., i.e.
+        :math:`\eta\sqrt d` for a d x d matrix and :math:`\eta\sqrt{5d/2}` for
+        :math:`W_1, W_2`.
     kind : {"sign", "random"}
     directions : int
         For ``"random"``, the number of random perturbations per model whose

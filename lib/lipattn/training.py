@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ._blas import single_threaded
 from ._validate import as_int_at_least, as_positive_float
 from .softmax import softmax
 from .transformer import (
@@ -152,6 +153,7 @@ def _as_runs(name: str, value: Any, R: int) -> np.ndarray:
     return np.broadcast_to(arr, (R,)).copy()
 
 
+@single_threaded
 def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int = 6,
                    d: int = 32, heads: int = 1, vocab: int = 16, n_tokens: int = 8,
                    batch: int = 32, steps: int = 300, betas: tuple[float, float] = (0.9, 0.98),

@@ -43,7 +43,8 @@ from .layernorm import _ln
 from .softmax import softmax
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
-           "residual_stream", "token_diversity", "check_params", "stack_params"]
+           "residual_stream", "token_diversity", "check_params", "stack_params",
+           "gradient_check"]
 
 #: The arrays of one layer: attention weights and output bias, FFN weights and
 #: biases, and the gains and biases of the layer's two LayerNorms (LN_1
@@ -412,6 +413,40 @@ def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
             p[k] = a.reshape(a.shape[:1] + (1,) * extra + a.shape[1:])
         out.append(p)
     return out
+
+
+def gradient_check(params: Any, X: Any, *, variant: str, seed: int = 0,
+                   h: float = 1e-6) -> float:
+    """Largest error of :func:`backward` against central finite differences.
+
+    The loss is a random linear read-out ``sum(G * forward(params, X))``; every
+    entry of every parameter and of ``X`` is perturbed by ``±h`` (cost: two
+    forward passes per entry, so use a tiny model).
+
+    Returns
+    -------
+    float
+        max |backward - finite difference| over all entries, divided by the
+        largest gradient entry.
+    """
+    X = np.array(_check(params, X, variant), dtype=float)
+    G = np.random.default_rng(seed).standard_normal(X.shape)
+    params = [{k: (v if k == "heads" else np.array(v, dtype=float)) for k, v in p.items()}
+              for p in params]
+    grads, gX = backward(params, X, G, variant=variant)
+    pairs = [(p[k], g[k]) for p, g in zip(params, grads, strict=True) for k in PARAM_NAMES]
+    worst, scale = 0.0, 0.0
+    for arr, g in [*pairs, (X, gX)]:
+        for idx in np.ndindex(arr.shape):
+            old = arr[idx]
+            arr[idx] = old + h
+            up = np.sum(G * _forward(params, X, variant, keep=False)[0])
+            arr[idx] = old - h
+            down = np.sum(G * _forward(params, X, variant, keep=False)[0])
+            arr[idx] = old
+            worst = max(worst, abs((up - down) / (2 * h) - g[idx]))
+        scale = max(scale, float(np.abs(g).max()))
+    return worst / scale
 
 
 def token_diversity(X: Any) -> np.ndarray:

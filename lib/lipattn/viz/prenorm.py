@@ -22,7 +22,7 @@ from ..transformer import MATRICES
 from ..widgets import Explorer, Slider, register
 
 __all__ = ["PROFILE_D", "PROFILE_SEEDS", "PROFILE_DEPTHS", "LRS", "WARMUPS", "TRAIN_SEEDS",
-           "TRAIN", "profiles", "training_grid", "grid_index", "fig_ln_norm",
+           "TRAIN", "profiles", "training_grid", "grid_index", "fig_ln_norm", "fig_intuition",
            "fig_profile", "fig_last_layer", "fig_training_grid", "fig_first_steps",
            "fig_amplification", "DepthExplorer", "WarmupExplorer"]
 
@@ -147,6 +147,26 @@ def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
 # ---------------------------------------------------------------------------
 # warm-up
 # ---------------------------------------------------------------------------
+def fig_intuition(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
+    """Loss curves at one learning rate: Post-LN with and without warm-up, Pre-LN without."""
+    fig, ax = plotting.figure(width=7.0, height=3.2)
+    cases = (("post", 0, "C1", "-", "Post-LN, no warm-up"),
+             ("post", WARMUPS[-1], "C1", "--", f"Post-LN, warm-up {WARMUPS[-1]} steps"),
+             ("pre", 0, "C0", "-", "Pre-LN, no warm-up"))
+    for v, w, color, ls, label in cases:
+        for s in TRAIN_SEEDS:
+            ax.plot(grid[v].loss[grid_index(lr, w, s)], color=color, ls=ls, lw=1.4,
+                    label=label if s == TRAIN_SEEDS[0] else None)
+    ax.axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1, label="chance, ln 16")
+    ax.set_yscale("log")
+    ax.set_ylim(1e-4, 6)
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("training loss (nats, log axis)")
+    ax.set_title(f"Reversing 8 tokens, 6 layers, peak lr = {lr:g} ({len(TRAIN_SEEDS)} seeds each)")
+    ax.legend(loc="lower left", fontsize=8)
+    return fig
+
+
 def fig_training_grid(grid: dict[str, TrainResult]) -> Figure:
     """Loss curves: rows variant, columns learning rate, colour warm-up."""
     fig, axes = plotting.figure(len(LRS), 2, width=10.5, height=5.0, sharex=True, sharey=True)
