@@ -127,9 +127,12 @@ def fit_power(x, y) -> tuple[float, float, float]:
     b, a, se_b : float
         Exponent, intercept and the exponent's standard error.
     """
-    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
-    if lx.shape != ly.shape or lx.size < 3 or not np.all(np.isfinite(lx + ly)):
-        raise ValueError("x and y must be positive arrays of the same shape, at least 3 points")
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 3 or not (
+            np.all(np.isfinite(x) & (x > 0)) and np.all(np.isfinite(y) & (y > 0))):
+        raise ValueError("x and y must be finite positive 1-D arrays of the same shape, "
+                         f"at least 3 points; got shapes {x.shape} and {y.shape}")
+    lx, ly = np.log(x), np.log(y)
     A = np.stack([np.ones_like(lx), lx], axis=1)
     coef, res, *_ = np.linalg.lstsq(A, ly, rcond=None)
     sigma2 = float(res[0]) / (lx.size - 2) if res.size else 0.0
