@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from .. import plotting
 from ..layernorm import layer_norm_jacobian_norm
@@ -103,7 +104,8 @@ def fig_profile(layers: int = 12) -> Figure:
     """Per-layer gradient norms (W_Q and W_2), the residual stream and the
     gradient reaching each layer's input, both variants, at depth ``layers``."""
     prof = profiles(layers)
-    fig, axes = plotting.figure(4, width=11.0, height=3.2)
+    fig, axes = plotting.figure(2, 2, width=8.4, height=5.8)
+    axes = axes.ravel()
     x = np.arange(1, layers + 1)
     for v, p in prof.items():
         c, name = VARIANT_COLORS[v], VARIANT_NAMES[v]
@@ -137,6 +139,7 @@ def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(depths, [str(int(x)) for x in depths])
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("depth L (log axis)")
     ax.set_ylabel(r"$\|\partial\ell/\partial W_2^{(L)}\|_F$ (log axis)")
     ax.set_title(f"Last layer's FFN gradient at initialisation, d = {d}")
@@ -231,7 +234,7 @@ def fig_amplification(depths, amp: dict[str, dict[str, np.ndarray]],
                       sizes: dict[str, float]) -> Figure:
     """Output change against depth for random and sign perturbations."""
     depths = np.asarray(depths)
-    fig, axes = plotting.figure(2, width=10.5, height=3.5)
+    fig, axes = plotting.figure(2, width=9.4, height=3.6)
     titles = {"random": "random ±η perturbation", "sign": "Adam-like: −η·sign(gradient)"}
     for ax, kind in zip(axes, ("random", "sign"), strict=True):
         for v in ("post", "pre"):
@@ -243,6 +246,7 @@ def fig_amplification(depths, amp: dict[str, dict[str, np.ndarray]],
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(depths, [str(int(x)) for x in depths])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("depth L (log axis)")
         ax.set_title(f"{titles[kind]}, η = {sizes[kind]:g}", fontsize=10)
         ax.legend(loc="upper left", fontsize=8)
