@@ -7,6 +7,9 @@ One module per concept:
 - :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation;
 - :mod:`lipattn.attention` -- single-head self-attention, tokens as rows;
 - :mod:`lipattn.spectral` -- power iteration and exact spectral norms;
+- :mod:`lipattn.layernorm`, :mod:`lipattn.transformer`, :mod:`lipattn.training`,
+  :mod:`lipattn.prenorm` -- LayerNorm's Jacobian, a numpy Post-/Pre-LN encoder
+  with a hand-written backward, Adam on sequence reversal, and the experiments;
 - :mod:`lipattn.widgets` -- explorers: one definition, a live widget in a kernel
   and a precomputed frame player on the static site;
 - :mod:`lipattn.plotting` -- the book's plot style;
