@@ -22,6 +22,7 @@ PAGES = {  # page -> least number of explorers on it
     "chapters/intro.html": 0,
     "chapters/01_softmax_jacobian.html": 2,
     "chapters/02_scaling_saturation.html": 2,
+    "chapters/04_prenorm_postnorm.html": 2,
     "chapters/references.html": 0,
 }
 

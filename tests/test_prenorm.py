@@ -200,3 +200,23 @@ def test_depth_explorer_shows_the_profile_it_claims():
     assert prof["post"].diversity[:, -1].mean() < 5e-3
     g2 = prof["pre"].grad.mean(axis=0)[:, W2]
     assert g2[-1] < 0.5 * g2[0]
+
+
+def test_more_bad_inputs():
+    p = transformer.init_params(1, 4, seed=0)
+    with pytest.raises(ValueError, match="variant"):
+        transformer.gradient_check(p, np.zeros((2, 4)), variant="mid")
+    with pytest.raises(ValueError, match="X must"):
+        transformer.gradient_check(p, np.zeros((2, 3)), variant="pre")
+    with pytest.raises(ValueError, match="x and y"):
+        prenorm.fit_log([1, 2], [1, 2])
+    with pytest.raises(ValueError, match="x and y"):
+        prenorm.fit_log([1, 2, -3], [1, 2, 3])
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="vocab"):
+        training.reversal_batch(rng, 2, 4, 1)
+    with pytest.raises(ValueError, match="n_tokens"):
+        training.init_model(1, 4, 8, 0)
+    tokens, targets = training.reversal_batch(rng, 3, 5, 7)
+    assert tokens.shape == (3, 5) and np.array_equal(targets, tokens[:, ::-1])
+    assert tokens.min() >= 0 and tokens.max() < 7

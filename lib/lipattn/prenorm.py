@@ -142,7 +142,12 @@ def fit_power(x, y) -> tuple[float, float, float]:
 
 def fit_log(x, y) -> tuple[float, float, float]:
     r"""Least-squares fit of :math:`y = a + b \ln x`; returns (b, a, rms residual / mean y)."""
-    lx, y = np.log(np.asarray(x, float)), np.asarray(y, float)
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 3 or not (
+            np.all(np.isfinite(x) & (x > 0)) and np.all(np.isfinite(y)) and y.mean() > 0):
+        raise ValueError("x and y must be finite 1-D arrays of the same shape, at least 3 "
+                         f"points, x > 0 and mean y > 0; got shapes {x.shape} and {y.shape}")
+    lx = np.log(x)
     A = np.stack([np.ones_like(lx), lx], axis=1)
     coef, *_ = np.linalg.lstsq(A, y, rcond=None)
     rel = float(np.sqrt(np.mean((A @ coef - y) ** 2)) / np.mean(y))

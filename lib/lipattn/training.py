@@ -105,6 +105,11 @@ def reversal_batch(rng: np.random.Generator, batch: int, n_tokens: int, vocab: i
     tokens, targets : ndarray of int, shape (batch, n_tokens)
         ``targets[:, i] == tokens[:, n_tokens - 1 - i]``.
     """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator; got {type(rng).__name__}")
+    batch = as_int_at_least(batch, "batch", 1)
+    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
+    vocab = as_int_at_least(vocab, "vocab", 2)
     tokens = rng.integers(0, vocab, size=(batch, n_tokens))
     return tokens, tokens[:, ::-1]
 
@@ -114,6 +119,8 @@ def init_model(layers: int, d: int, vocab: int, n_tokens: int, *, heads: int = 1
     r"""A fresh model: encoder (:func:`~lipattn.transformer.init_params`), token and
     position embeddings with i.i.d. :math:`N(0, 1/2)` entries (so their sum has
     unit variance), and a Xavier-uniform unembedding (d, vocab)."""
+    vocab = as_int_at_least(vocab, "vocab", 2)
+    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
     rng = np.random.default_rng([seed, 1])
     a = math.sqrt(6.0 / (d + vocab))
     return {"blocks": init_params(layers, d, heads=heads, seed=seed),
