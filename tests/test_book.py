@@ -11,6 +11,7 @@ pytestmark = pytest.mark.book
 
 PAGES = ["chapters/intro.html", "chapters/01_softmax_jacobian.html",
          "chapters/02_scaling_saturation.html", "chapters/03_rank_collapse.html",
+         "chapters/04_prenorm_postnorm.html",
          "chapters/05_spectral_normalisation.html", "chapters/06_attention_lipschitz.html",
          "chapters/references.html"]
 MAX_PAGE_BYTES = 3 * 1024 * 1024
@@ -58,6 +59,8 @@ def test_explorers_appear_as_players(built_html):
     assert ch6.count('class="lipattn-player"') >= 1
     ch5 = _page(built_html, "chapters/05_spectral_normalisation.html")
     assert ch5.count('class="lipattn-player"') >= 2
+    ch4 = _page(built_html, "chapters/04_prenorm_postnorm.html")
+    assert ch4.count('class="lipattn-player"') >= 2
 
 
 def test_vendored_assets_are_not_injected_everywhere(built_html):

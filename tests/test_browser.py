@@ -25,6 +25,7 @@ PAGES = {  # page -> least number of explorers on it
     "chapters/03_rank_collapse.html": 2,
     "chapters/06_attention_lipschitz.html": 1,
     "chapters/05_spectral_normalisation.html": 2,
+    "chapters/04_prenorm_postnorm.html": 2,
     "chapters/references.html": 0,
 }
 

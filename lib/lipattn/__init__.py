@@ -9,6 +9,9 @@ One module per concept:
 - :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms, the entropy floor;
 - :mod:`lipattn.collapse` -- rank collapse: residuals, the cubic bound, deep stacks;
 - :mod:`lipattn.lipschitz` -- the attention Jacobian, exact local Lipschitz constants, bounds;
+- :mod:`lipattn.layernorm`, :mod:`lipattn.transformer`, :mod:`lipattn.training`,
+  :mod:`lipattn.prenorm` -- LayerNorm's Jacobian, a numpy Post-/Pre-LN encoder
+  with a hand-written backward, Adam on sequence reversal, and the experiments;
 - :mod:`lipattn.widgets` -- explorers: one definition, a live widget in a kernel
   and a precomputed frame player on the static site;
 - :mod:`lipattn.plotting` -- the book's plot style;

@@ -1,0 +1,221 @@
+r"""Experiments of the Pre-LN vs Post-LN chapter: gradients at initialisation,
+depth scaling, and the amplification effect.
+
+Every experiment draws ``seeds`` independent models (``init_params`` with
+seeds ``0, 1, ...``) and inputs with i.i.d. :math:`N(0, 1)` entries, and runs
+them as one batch (a leading seed axis). The loss at initialisation is a
+random linear read-out :math:`\ell = \langle G, Y\rangle` with
+:math:`G_{ij} \sim N(0, 1)`, so ``grad_out = G``: it exercises every output
+direction equally and has no preferred scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._blas import single_threaded
+from ._validate import as_int_at_least, as_positive_float
+from .transformer import MATRICES, _backward, _forward, init_params, stack_params
+
+__all__ = ["InitProfile", "init_profile", "last_layer_gradients", "fit_power",
+           "fit_log", "amplification"]
+
+
+@dataclass
+class InitProfile:
+    r"""Per-layer statistics at initialisation, one row per seed.
+
+    Attributes
+    ----------
+    grad : ndarray, shape (seeds, L, 6)
+        Frobenius norm of the gradient of each weight matrix, in the order of
+        :data:`lipattn.transformer.MATRICES`.
+    second_moment : ndarray, shape (seeds, L + 1)
+        Mean squared entry of the residual stream entering each layer (and, last,
+        of the final stream, before Pre-LN's final LayerNorm).
+    diversity : ndarray, shape (seeds, L + 1)
+        Token diversity of the same states.
+    stream_grad : ndarray, shape (seeds, L + 1)
+        Frobenius norm of the loss gradient with respect to those states.
+    inv_s : ndarray, shape (seeds, L, 2)
+        :math:`1/s = \|J\|_2` of the two LayerNorms of each layer (their
+        Jacobian norm without gain, :mod:`lipattn.layernorm`), mean over tokens.
+    final_inv_s : ndarray, shape (seeds,)
+        The same for Pre-LN's final LayerNorm (NaN-free; zeros for Post-LN).
+    """
+
+    variant: str
+    grad: np.ndarray
+    second_moment: np.ndarray
+    diversity: np.ndarray
+    stream_grad: np.ndarray
+    inv_s: np.ndarray
+    final_inv_s: np.ndarray
+
+
+def _models(layers: int, d: int, seeds: int, heads: int) -> list[dict]:
+    return stack_params([init_params(layers, d, heads=heads, seed=s) for s in range(seeds)])
+
+
+@single_threaded
+def init_profile(layers: int, d: int, variant: str, *, seeds: int = 8, n_tokens: int = 16,
+                 heads: int = 1) -> InitProfile:
+    """Gradient norms, residual-stream size and token diversity at initialisation.
+
+    Parameters
+    ----------
+    layers, d : int
+        Depth L and model dimension.
+    variant : {"post", "pre"}
+    seeds : int
+        Independent models (and inputs).
+    n_tokens : int
+        Tokens N per input.
+
+    Returns
+    -------
+    InitProfile
+    """
+    from .transformer import token_diversity
+    layers = as_int_at_least(layers, "layers", 1)
+    seeds = as_int_at_least(seeds, "seeds", 1)
+    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
+    if variant not in ("post", "pre"):
+        raise ValueError(f"variant must be 'post' or 'pre'; got {variant!r}")
+    P = _models(layers, d, seeds, heads)
+    rng = np.random.default_rng([layers, d, n_tokens])
+    X = rng.standard_normal((seeds, n_tokens, d))
+    G = rng.standard_normal((seeds, n_tokens, d))
+    _, caches, stream = _forward(P, X, variant)
+    grads, _, dstream = _backward(P, caches, G, variant)
+    gn = np.stack([[np.linalg.norm(g[k], axis=(-2, -1)) for k in MATRICES] for g in grads])
+    layer_caches, final = caches
+    inv_s = np.array([[c[1][1].mean(axis=(-2, -1)), c[3][1].mean(axis=(-2, -1))]
+                      for c in layer_caches])  # (L, 2, seeds)
+    final_inv_s = final[1].mean(axis=(-2, -1)) if final is not None else np.zeros(seeds)
+    return InitProfile(
+        variant, np.moveaxis(gn, -1, 0),
+        np.stack([np.mean(x**2, axis=(-2, -1)) for x in stream], axis=1),
+        np.stack([token_diversity(x) for x in stream], axis=1),
+        np.stack([np.linalg.norm(g, axis=(-2, -1)) for g in dstream], axis=1),
+        np.moveaxis(inv_s, -1, 0), final_inv_s)
+
+
+def last_layer_gradients(depths, d: int, *, seeds: int = 8, matrix: str = "W_2",
+                         n_tokens: int = 16) -> dict[str, np.ndarray]:
+    """The last layer's gradient norm for each depth and both variants.
+
+    Returns
+    -------
+    dict
+        ``"post"``, ``"pre"`` -> ndarray, shape (len(depths), seeds).
+    """
+    if matrix not in MATRICES:
+        raise ValueError(f"matrix must be one of {MATRICES}; got {matrix!r}")
+    j = MATRICES.index(matrix)
+    return {v: np.array([init_profile(L, d, v, seeds=seeds, n_tokens=n_tokens).grad[:, -1, j]
+                         for L in depths]) for v in ("post", "pre")}
+
+
+def fit_power(x, y) -> tuple[float, float, float]:
+    r"""Least-squares fit of :math:`\log y = a + b \log x`.
+
+    Returns
+    -------
+    b, a, se_b : float
+        Exponent, intercept and the exponent's standard error.
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 3 or not (
+            np.all(np.isfinite(x) & (x > 0)) and np.all(np.isfinite(y) & (y > 0))):
+        raise ValueError("x and y must be finite positive 1-D arrays of the same shape, "
+                         f"at least 3 points; got shapes {x.shape} and {y.shape}")
+    lx, ly = np.log(x), np.log(y)
+    A = np.stack([np.ones_like(lx), lx], axis=1)
+    coef, res, *_ = np.linalg.lstsq(A, ly, rcond=None)
+    sigma2 = float(res[0]) / (lx.size - 2) if res.size else 0.0
+    se = float(np.sqrt(sigma2 / np.sum((lx - lx.mean()) ** 2)))
+    return float(coef[1]), float(coef[0]), se
+
+
+def fit_log(x, y) -> tuple[float, float, float]:
+    r"""Least-squares fit of :math:`y = a + b \ln x`; returns (b, a, rms residual / mean y)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 3 or not (
+            np.all(np.isfinite(x) & (x > 0)) and np.all(np.isfinite(y)) and y.mean() > 0):
+        raise ValueError("x and y must be finite 1-D arrays of the same shape, at least 3 "
+                         f"points, x > 0 and mean y > 0; got shapes {x.shape} and {y.shape}")
+    lx = np.log(x)
+    A = np.stack([np.ones_like(lx), lx], axis=1)
+    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+    rel = float(np.sqrt(np.mean((A @ coef - y) ** 2)) / np.mean(y))
+    return float(coef[1]), float(coef[0]), rel
+
+
+@single_threaded
+def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
+                  kind: str = "sign", n_tokens: int = 16, directions: int = 4
+                  ) -> dict[str, np.ndarray]:
+    r"""Output change under a small perturbation of every weight matrix.
+
+    Each weight matrix :math:`W` (the six of every layer; not biases or gains)
+    moves by :math:`\Delta W = -\eta\, S` with :math:`\eta` = ``size`` and
+
+    - ``kind="sign"``: :math:`S = \operatorname{sign}(\partial\ell/\partial W)`,
+      the first step of Adam with learning rate :math:`\eta` on the random
+      read-out loss :math:`\ell`;
+    - ``kind="random"``: :math:`S` with i.i.d. :math:`\pm 1` entries, the same
+      size in a random direction.
+
+    Parameters
+    ----------
+    depths : sequence of int
+    d : int
+    seeds : int
+    size : float
+        :math:`\eta`, the change of every entry. For Xavier-uniform weights
+        the relative change is :math:`\eta` over the entries' r.m.s., i.e.
+        :math:`\eta\sqrt d` for a d x d matrix and :math:`\eta\sqrt{5d/2}` for
+        :math:`W_1, W_2`.
+    kind : {"sign", "random"}
+    directions : int
+        For ``"random"``, the number of random perturbations per model whose
+        results are averaged (``"sign"`` has one direction, the gradient's).
+
+    Returns
+    -------
+    dict
+        ``"post"``, ``"pre"`` -> ndarray, shape (len(depths), seeds): the mean
+        squared entry of :math:`F(\theta + \Delta) - F(\theta)`.
+    """
+    directions = as_int_at_least(directions, "directions", 1)
+    size = as_positive_float(size, "size")
+    if kind not in ("sign", "random"):
+        raise ValueError(f"kind must be 'sign' or 'random'; got {kind!r}")
+    out = {}
+    for v in ("post", "pre"):
+        rows = []
+        for L in depths:
+            L = as_int_at_least(L, "depths", 1)
+            P = _models(L, d, seeds, 1)
+            rng = np.random.default_rng([L, d, 7])
+            X = rng.standard_normal((seeds, n_tokens, d))
+            Y, caches, _ = _forward(P, X, v)
+            change = np.zeros(seeds)
+            reps = 1 if kind == "sign" else directions
+            for _ in range(reps):
+                if kind == "sign":
+                    grads, _, _ = _backward(P, caches, rng.standard_normal(Y.shape), v)
+                    steps = [{k: np.sign(g[k]) for k in MATRICES} for g in grads]
+                else:
+                    steps = [{k: rng.choice([-1.0, 1.0], size=np.shape(p[k]))
+                              for k in MATRICES} for p in P]
+                Q = [p | {k: p[k] - size * s[k] for k in MATRICES}
+                     for p, s in zip(P, steps, strict=True)]
+                Y2 = _forward(Q, X, v, keep=False)[0]
+                change += np.mean((Y2 - Y) ** 2, axis=(-2, -1)) / reps
+            rows.append(change)
+        out[v] = np.array(rows)
+    return out

@@ -1,0 +1,300 @@
+r"""Train small encoders on sequence reversal with Adam, many runs at once.
+
+The task: a sequence of ``n_tokens`` tokens drawn uniformly from a vocabulary
+of ``vocab``; the target at position :math:`i` is the input token at position
+:math:`N - 1 - i`. The model embeds tokens and positions, runs a
+:mod:`lipattn.transformer` encoder and reads out logits with an
+unembedding matrix; the loss is the mean cross-entropy over positions and
+sequences. Chance level is :math:`\ln(\text{vocab})`.
+
+*Runs are a leading axis.* :func:`train_reversal` trains ``R`` models of one
+variant in one vectorised loop: every array carries a leading run axis, and
+each run has its own seed, learning rate and warm-up length. Runs with the same
+seed share their initialisation and their batches, so a grid over learning
+rates and warm-up is a paired comparison. Everything is float32.
+
+Adam (:cite:t:`kingma2015adam`) with :math:`(\beta_1, \beta_2) = (0.9, 0.98)`
+and :math:`\epsilon = 10^{-9}` as in :cite:t:`vaswani2017attention`, and a
+learning rate that rises linearly over ``warmup`` steps and then stays
+constant (``warmup = 0``: constant from the first step).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._blas import single_threaded
+from ._validate import as_int_at_least, as_positive_float
+from .softmax import softmax
+from .transformer import (
+    MATRICES,
+    PARAM_NAMES,
+    VARIANTS,
+    _backward,
+    _forward,
+    init_params,
+    stack_params,
+)
+
+__all__ = ["TrainResult", "init_model", "reversal_batch", "train_reversal",
+           "train_model", "model_forward"]
+
+
+@dataclass
+class TrainResult:
+    r"""The outcome of :func:`train_reversal` for R runs of ``steps`` steps.
+
+    Attributes
+    ----------
+    variant : str
+    lr, warmup, seed : ndarray, shape (R,)
+        Each run's peak learning rate, warm-up length and seed.
+    loss : ndarray, shape (R, steps)
+        Training loss (mean cross-entropy, nats) of the batch at each step,
+        before that step's update.
+    diversity : ndarray, shape (R, steps)
+        Token diversity of the encoder's output (:func:`lipattn.transformer.token_diversity`),
+        mean over the batch, at each step before the update.
+    grad_norm : ndarray, shape (R, layers, 6)
+        Frobenius norms of the gradients of the six weight matrices
+        (:data:`lipattn.transformer.MATRICES`) at step 0.
+    update : ndarray, shape (R, record, layers, 6)
+        Relative size :math:`\|\Delta W\|_F/\|W\|_F` of the first ``record``
+        Adam updates of each weight matrix.
+    model : dict
+        The final parameters: ``"blocks"`` (encoder params with the run axis
+        and a batch axis), ``"embed"`` (R, vocab, d), ``"pos"`` (R, n_tokens, d),
+        ``"unembed"`` (R, d, vocab). :meth:`run` extracts one run.
+    """
+
+    variant: str
+    lr: np.ndarray
+    warmup: np.ndarray
+    seed: np.ndarray
+    loss: np.ndarray
+    diversity: np.ndarray
+    grad_norm: np.ndarray
+    update: np.ndarray
+    model: dict[str, Any]
+
+    def run(self, i: int) -> dict[str, Any]:
+        """Run ``i``'s trained model, without run axes: ``{"blocks", "embed",
+        "pos", "unembed", "variant"}``; ``blocks`` is a params list for
+        :func:`lipattn.transformer.forward`."""
+        R = self.lr.size
+        if not isinstance(i, (int, np.integer)) or not -R <= i < R:
+            raise ValueError(f"i must be an int in [-{R}, {R - 1}]; got {i!r}")
+        blocks = [{k: v if k == "heads" else
+                   v[i].reshape(v.shape[-2:] if k.startswith("W_") else (-1,))
+                   for k, v in p.items()} for p in self.model["blocks"]]
+        return {"blocks": blocks, "embed": self.model["embed"][i],
+                "pos": self.model["pos"][i], "unembed": self.model["unembed"][i],
+                "variant": self.variant}
+
+
+def reversal_batch(rng: np.random.Generator, batch: int, n_tokens: int, vocab: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of the reversal task.
+
+    Returns
+    -------
+    tokens, targets : ndarray of int, shape (batch, n_tokens)
+        ``targets[:, i] == tokens[:, n_tokens - 1 - i]``.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator; got {type(rng).__name__}")
+    batch = as_int_at_least(batch, "batch", 1)
+    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
+    vocab = as_int_at_least(vocab, "vocab", 2)
+    tokens = rng.integers(0, vocab, size=(batch, n_tokens))
+    return tokens, tokens[:, ::-1]
+
+
+def init_model(layers: int, d: int, vocab: int, n_tokens: int, *, heads: int = 1,
+               seed: int = 0) -> dict[str, Any]:
+    r"""A fresh model: encoder (:func:`~lipattn.transformer.init_params`), token and
+    position embeddings with i.i.d. :math:`N(0, 1/2)` entries (so their sum has
+    unit variance), and a Xavier-uniform unembedding (d, vocab)."""
+    vocab = as_int_at_least(vocab, "vocab", 2)
+    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
+    rng = np.random.default_rng([seed, 1])
+    a = math.sqrt(6.0 / (d + vocab))
+    return {"blocks": init_params(layers, d, heads=heads, seed=seed),
+            "embed": rng.normal(0, math.sqrt(0.5), (vocab, d)),
+            "pos": rng.normal(0, math.sqrt(0.5), (n_tokens, d)),
+            "unembed": rng.uniform(-a, a, (d, vocab))}
+
+
+def model_forward(model: dict[str, Any], tokens: Any) -> np.ndarray:
+    """Logits of one trained model (from :meth:`TrainResult.run`).
+
+    Parameters
+    ----------
+    model : dict
+    tokens : array_like of int, shape (..., n_tokens)
+
+    Returns
+    -------
+    logits : ndarray, shape (..., n_tokens, vocab)
+    """
+    from .transformer import forward
+    tokens = np.asarray(tokens)
+    vocab, n = model["embed"].shape[0], model["pos"].shape[0]
+    if not np.issubdtype(tokens.dtype, np.integer) or tokens.ndim < 1 \
+            or tokens.shape[-1] != n or tokens.min() < 0 or tokens.max() >= vocab:
+        raise ValueError(f"tokens must be ints in [0, {vocab}) with last axis {n}; "
+                         f"got shape {tokens.shape}")
+    X = model["embed"][tokens] + model["pos"]
+    return forward(model["blocks"], X, variant=model["variant"]) @ model["unembed"]
+
+
+def _as_runs(name: str, value: Any, R: int) -> np.ndarray:
+    arr = np.atleast_1d(np.asarray(value, dtype=float))
+    if arr.ndim != 1 or arr.size not in (1, R):
+        raise ValueError(f"{name} must be a number or a sequence of {R} numbers; "
+                         f"got shape {arr.shape}")
+    return np.broadcast_to(arr, (R,)).copy()
+
+
+@single_threaded
+def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int = 6,
+                   d: int = 32, heads: int = 1, vocab: int = 16, n_tokens: int = 8,
+                   batch: int = 32, steps: int = 300, betas: tuple[float, float] = (0.9, 0.98),
+                   record: int = 5) -> TrainResult:
+    """Train R models of one variant on reversal, vectorised over runs.
+
+    Parameters
+    ----------
+    variant : {"post", "pre"}
+    lr : float or sequence of float
+        Peak learning rate of each run (> 0).
+    warmup : int or sequence of int
+        Linear warm-up length in steps of each run (0: none).
+    seed : int or sequence of int
+        Seed of each run's initialisation and batches. ``R`` is the longest
+        of ``lr``, ``warmup``, ``seed``; length-1 values are repeated.
+    layers, d, heads, vocab, n_tokens, batch, steps : int
+    betas : (float, float)
+    record : int
+        How many first updates to record in ``update``.
+
+    Returns
+    -------
+    TrainResult
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be 'post' or 'pre'; got {variant!r}")
+    for name, v, lo in (("layers", layers, 1), ("d", d, 2), ("vocab", vocab, 2),
+                        ("n_tokens", n_tokens, 2), ("batch", batch, 1), ("steps", steps, 1),
+                        ("record", record, 0), ("heads", heads, 1)):
+        as_int_at_least(v, name, lo)
+    R = max(np.size(lr), np.size(warmup), np.size(seed))
+    lrs, warm, seeds = (_as_runs(n, v, R) for n, v in
+                        (("lr", lr), ("warmup", warmup), ("seed", seed)))
+    if np.any(lrs <= 0) or not np.all(np.isfinite(lrs)):
+        raise ValueError(f"lr must be finite and positive; got {lr!r}")
+    if np.any(warm < 0) or np.any(warm != np.round(warm)):
+        raise ValueError(f"warmup must be non-negative integers; got {warmup!r}")
+    if np.any(seeds != np.round(seeds)):
+        raise ValueError(f"seed must be integers; got {seed!r}")
+    b1, b2 = (as_positive_float(b, "betas") for b in betas)
+    f32 = np.float32
+
+    models = [init_model(layers, d, vocab, n_tokens, heads=heads, seed=int(s)) for s in seeds]
+    blocks = stack_params([m["blocks"] for m in models], batch_axes=1)
+    init = {("blocks", l_, k): blocks[l_][k] for l_ in range(layers) for k in PARAM_NAMES}
+    for k in ("embed", "pos", "unembed"):
+        init[(k,)] = np.stack([m[k] for m in models])
+    # All parameters of a run live in one row of a flat float32 buffer, so
+    # that Adam is a handful of array operations; theta[key] are views into it.
+    sizes = {k: v[0].size for k, v in init.items()}
+    offsets = np.cumsum([0, *sizes.values()])
+    flat = np.zeros((R, int(offsets[-1])), dtype=f32)
+    gflat = np.zeros_like(flat)
+    theta, gview = {}, {}
+    for (key, v), a, b in zip(init.items(), offsets[:-1], offsets[1:], strict=True):
+        flat[:, a:b] = v.reshape(R, -1)
+        theta[key] = flat[:, a:b].reshape(v.shape)
+        gview[key] = gflat[:, a:b].reshape(v.shape)
+    m1, m2 = np.zeros_like(flat), np.zeros_like(flat)
+    mat_slices = [[slice(offsets[i], offsets[i + 1]) for i, key in enumerate(init)
+                   if key[0] == "blocks" and key[1] == l_ and key[2] in MATRICES]
+                  for l_ in range(layers)]
+    uniq = sorted(set(seeds.astype(int)))
+    rngs = {s: np.random.default_rng([s, 2]) for s in uniq}
+    runs_of = np.array([uniq.index(int(s)) for s in seeds])
+    r_idx = np.arange(R)[:, None, None]
+    params = [{"heads": heads} | {k: theta[("blocks", l_, k)] for k in PARAM_NAMES}
+              for l_ in range(layers)]
+
+    loss = np.zeros((R, steps))
+    div = np.zeros((R, steps))
+    gnorm = np.zeros((R, layers, len(MATRICES)))
+    upd = np.zeros((R, record, layers, len(MATRICES)))
+    for t in range(steps):
+        data = [reversal_batch(rngs[s], batch, n_tokens, vocab) for s in uniq]
+        tok = np.stack([data[j][0] for j in runs_of])
+        tgt = np.stack([data[j][1] for j in runs_of])
+        X = theta[("embed",)][r_idx, tok] + theta[("pos",)][:, None]
+        out, caches, _ = _forward(params, X, variant)
+        logits = out @ theta[("unembed",)][:, None]
+        P = softmax(logits, axis=-1)
+        onehot = np.zeros_like(P)
+        np.put_along_axis(onehot, tgt[..., None], 1.0, axis=-1)
+        picked = np.sum(P * onehot, axis=-1)
+        loss[:, t] = -np.mean(np.log(np.maximum(picked, 1e-300)), axis=(1, 2))
+        c = out - out.mean(axis=-2, keepdims=True)
+        div[:, t] = np.mean(np.linalg.norm(c, axis=(-2, -1))
+                            / np.linalg.norm(out, axis=(-2, -1)), axis=1)
+        dlogits = ((P - onehot) / (batch * n_tokens)).astype(f32)
+        gview[("unembed",)][...] = np.swapaxes(out.reshape(R, -1, d), -1, -2) \
+            @ dlogits.reshape(R, -1, vocab)
+        dout = dlogits @ np.swapaxes(theta[("unembed",)], -1, -2)[:, None]
+        grads, dX, _ = _backward(params, caches, dout, variant)
+        for l_ in range(layers):
+            for k in PARAM_NAMES:
+                gview[("blocks", l_, k)][...] = grads[l_][k]
+        gview[("pos",)][...] = dX.sum(axis=1)
+        ge = gview[("embed",)]
+        ge[...] = 0.0
+        for r in range(R):
+            np.add.at(ge[r], tok[r].reshape(-1), dX[r].reshape(-1, d))
+        if t == 0:
+            for l_ in range(layers):
+                for j, sl in enumerate(mat_slices[l_]):
+                    gnorm[:, l_, j] = np.linalg.norm(gflat[:, sl], axis=1)
+        # Adam with bias correction; one step size per run
+        rate = lrs * np.where(warm > 0, np.minimum(1.0, (t + 1) / np.maximum(warm, 1)), 1.0)
+        m1 *= b1
+        m1 += (1 - b1) * gflat
+        m2 *= b2
+        m2 += (1 - b2) * gflat * gflat
+        step = (m1 / (1 - b1 ** (t + 1))) / (np.sqrt(m2 / (1 - b2 ** (t + 1))) + f32(1e-9))
+        step *= rate[:, None].astype(f32)
+        if t < record:
+            for l_ in range(layers):
+                for j, sl in enumerate(mat_slices[l_]):
+                    upd[:, t, l_, j] = (np.linalg.norm(step[:, sl], axis=1)
+                                        / np.linalg.norm(flat[:, sl], axis=1))
+        flat -= step
+    final_blocks = [{"heads": heads} | {k: theta[("blocks", l_, k)].copy()
+                                        for k in PARAM_NAMES} for l_ in range(layers)]
+    model = {"blocks": final_blocks, "embed": theta[("embed",)].copy(),
+             "pos": theta[("pos",)].copy(), "unembed": theta[("unembed",)].copy()}
+    return TrainResult(variant, lrs, warm.astype(int), seeds.astype(int), loss, div,
+                       gnorm, upd, model)
+
+
+def train_model(variant: str = "pre", *, lr: float = 3e-3, warmup: int = 0, seed: int = 0,
+                **kwargs: Any) -> dict[str, Any]:
+    """Train one model on reversal and return it (see :meth:`TrainResult.run`).
+
+    Keyword arguments go to :func:`train_reversal` (``layers``, ``d``,
+    ``steps``, ...). The returned ``model["blocks"]`` works with
+    :func:`lipattn.transformer.forward`, and :func:`model_forward` gives logits.
+    """
+    return train_reversal(variant, lr, warmup, seed, **kwargs).run(0)

@@ -1,0 +1,469 @@
+r"""A small Transformer encoder in numpy, Post-LN and Pre-LN, with a hand-written backward.
+
+A teaching implementation, not a framework. Tokens are rows: the hidden
+states of a sequence are :math:`X \in \mathbb R^{N \times d}`. One layer is
+
+- *attention*: per head :math:`h`, :math:`P_h = \operatorname{softmax}\bigl(
+  H W_Q^{(h)} (H W_K^{(h)})^\top/\sqrt{d_h}\bigr)` (rows; bidirectional, no
+  mask), :math:`A = [P_1 H W_V^{(1)}, \dots] W_O + b_O`, where the head
+  blocks :math:`W_Q^{(h)}` are consecutive column blocks of width
+  :math:`d_h = d/\text{heads}`;
+- *FFN*: :math:`F = \operatorname{relu}(H W_1 + b_1) W_2 + b_2`;
+- *LayerNorm* with gain and bias, :math:`\mathrm{LN}_{g,b}(x) = g \odot
+  \mathrm{LN}(x) + b` (:mod:`lipattn.layernorm`, :math:`\varepsilon = 10^{-5}`).
+
+The two variants (:cite:t:`xiong2020layer`):
+
+- ``"post"``: :math:`X \leftarrow \mathrm{LN}_1(X + A(X))`, then
+  :math:`X \leftarrow \mathrm{LN}_2(X + F(X))`;
+- ``"pre"``: :math:`X \leftarrow X + A(\mathrm{LN}_1(X))`, then
+  :math:`X \leftarrow X + F(\mathrm{LN}_2(X))`, and after the last layer a final
+  LayerNorm *without* gain or bias.
+
+Parameters are a list with one dict per layer, holding the arrays named in
+:data:`PARAM_NAMES` and the int ``"heads"``. Every array may carry extra
+leading axes that broadcast against the batch axes of ``X`` (numpy matmul
+rules): weights of shape ``(R, 1, d, d)`` and ``X`` of shape ``(R, B, N, d)``
+run ``R`` independent models on ``B`` sequences each, which is how
+:mod:`lipattn.training` trains many runs at once. Gradients are summed over
+the axes a parameter is broadcast along, so they have the parameter's shape.
+Computations run in numpy's promoted dtype of ``X`` and the parameters:
+float32 when both are float32 (as in training), float64 otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._validate import as_int_at_least, as_real_array
+from .layernorm import _ln
+from .softmax import softmax
+
+__all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
+           "residual_stream", "token_diversity", "check_params", "stack_params",
+           "gradient_check"]
+
+#: The arrays of one layer: attention weights and output bias, FFN weights and
+#: biases, and the gains and biases of the layer's two LayerNorms (LN_1
+#: before or after attention, LN_2 before or after the FFN).
+PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O", "b_O", "W_1", "b_1", "W_2", "b_2",
+               "ln1_g", "ln1_b", "ln2_g", "ln2_b")
+#: The weight matrices, in the order the chapter's figures use.
+MATRICES = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2")
+VARIANTS = ("post", "pre")
+EPS = 1e-5
+
+
+def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
+                seed: int = 0) -> list[dict[str, Any]]:
+    r"""Xavier-uniform weights, zero biases, unit LayerNorm gains.
+
+    Parameters
+    ----------
+    layers : int
+        Number of layers L >= 1.
+    d : int
+        Model dimension, divisible by ``heads``.
+    heads : int, default 1
+        Number of attention heads; stored in every layer's dict as ``"heads"``.
+    d_ff : int, optional
+        Hidden width of the FFN; defaults to ``4 * d``.
+    seed : int, default 0
+        Seed of ``np.random.default_rng``.
+
+    Returns
+    -------
+    params : list of ``layers`` dicts
+        ``"W_Q"``, ``"W_K"``, ``"W_V"``, ``"W_O"``: shape (d, d);
+        ``"W_1"``: (d, d_ff); ``"W_2"``: (d_ff, d); each entry uniform on
+        :math:`\pm\sqrt{6/(\text{fan-in} + \text{fan-out})}`. ``"b_O"``, ``"b_2"``:
+        zeros (d,); ``"b_1"``: zeros (d_ff,); ``"ln1_g"``, ``"ln2_g"``: ones (d,);
+        ``"ln1_b"``, ``"ln2_b"``: zeros (d,). All float64.
+    """
+    layers = as_int_at_least(layers, "layers", 1)
+    d = as_int_at_least(d, "d", 2)
+    heads = as_int_at_least(heads, "heads", 1)
+    if d % heads:
+        raise ValueError(f"heads must divide d = {d}; got heads = {heads}")
+    d_ff = 4 * d if d_ff is None else as_int_at_least(d_ff, "d_ff", 1)
+    rng = np.random.default_rng(seed)
+
+    def xavier(m: int, n: int) -> np.ndarray:
+        a = math.sqrt(6.0 / (m + n))
+        return rng.uniform(-a, a, size=(m, n))
+
+    params = []
+    for _ in range(layers):
+        p: dict[str, Any] = {k: xavier(d, d) for k in ("W_Q", "W_K", "W_V", "W_O")}
+        p |= {"b_O": np.zeros(d), "W_1": xavier(d, d_ff), "b_1": np.zeros(d_ff),
+              "W_2": xavier(d_ff, d), "b_2": np.zeros(d),
+              "ln1_g": np.ones(d), "ln1_b": np.zeros(d),
+              "ln2_g": np.ones(d), "ln2_b": np.zeros(d), "heads": heads}
+        params.append(p)
+    return params
+
+
+# ---------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------
+def check_params(params: Any) -> int:
+    """Check the structure and shapes of ``params``; return the model dimension d."""
+    if not isinstance(params, (list, tuple)) or not params or not all(
+            isinstance(p, dict) for p in params):
+        raise TypeError("params must be a non-empty list of dicts from init_params; got "
+                        f"{type(params).__name__}")
+    d = np.shape(params[0].get("W_Q", np.zeros((0, 0))))[-1]
+    for i, p in enumerate(params):
+        missing = [k for k in (*PARAM_NAMES, "heads") if k not in p]
+        if missing:
+            raise ValueError(f"params[{i}] is missing {missing}")
+        heads = p["heads"]
+        if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1 \
+                or d % heads:
+            raise ValueError(f"params[{i}]['heads'] must be a positive int dividing d = {d}; "
+                             f"got {heads!r}")
+        d_ff = np.shape(p["W_1"])[-1]
+        want = {"W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d), "b_O": (d,),
+                "W_1": (d, d_ff), "b_1": (d_ff,), "W_2": (d_ff, d), "b_2": (d,),
+                "ln1_g": (d,), "ln1_b": (d,), "ln2_g": (d,), "ln2_b": (d,)}
+        for k, shape in want.items():
+            got = np.shape(p[k])
+            if got[len(got) - len(shape):] != shape or len(got) < len(shape):
+                raise ValueError(f"params[{i}][{k!r}] must have trailing shape {shape}; "
+                                 f"got shape {got}")
+    return d
+
+
+def _check(params: Any, X: Any, variant: Any) -> np.ndarray:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be 'post' or 'pre'; got {variant!r}")
+    d = check_params(params)
+    arr = np.asarray(X) if not isinstance(X, (str, bytes)) else X
+    checked = as_real_array(arr, "X", min_ndim=2)
+    if checked.shape[-1] != d:
+        raise ValueError(f"X must have shape (..., N, d) with d = {d} to match params; "
+                         f"got shape {checked.shape}")
+    return arr if arr.dtype == np.float32 else checked
+
+
+# ---------------------------------------------------------------------------
+# pieces: forward returns (out, cache), backward takes the cache
+# ---------------------------------------------------------------------------
+def _split(Z: np.ndarray, heads: int) -> np.ndarray:
+    """(..., N, d) -> (..., heads, N, d/heads)."""
+    *lead, n, d = Z.shape
+    return np.swapaxes(Z.reshape(*lead, n, heads, d // heads), -2, -3)
+
+
+def _merge(Z: np.ndarray) -> np.ndarray:
+    """(..., heads, N, d_h) -> (..., N, heads * d_h)."""
+    Z = np.swapaxes(Z, -2, -3)
+    return Z.reshape(*Z.shape[:-2], -1)
+
+
+def _linear(H: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``H @ W`` with the token rows of each weight's batch merged into one matmul.
+
+    Numerically the same as ``H @ W``; merging the (broadcast) batch axes makes
+    one BLAS call per weight instead of one per sequence.
+    """
+    if W.ndim == 2:
+        return (H.reshape(-1, H.shape[-1]) @ W).reshape(*H.shape[:-1], W.shape[-1])
+    k = W.ndim - 2  # W: (*R, 1, ..., 1, m, n) against H: (*R, *B, N, m)
+    r = next((i for i in range(k) if W.shape[i] == 1), k)
+    if H.ndim == W.ndim and all(n == 1 for n in W.shape[r:k]) and H.shape[:r] == W.shape[:r]:
+        out = H.reshape(*H.shape[:r], -1, H.shape[-1]) @ W.reshape(*W.shape[:r], *W.shape[-2:])
+        return out.reshape(*H.shape[:-1], W.shape[-1])
+    return H @ W
+
+
+def _reduce_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``g`` over the axes along which an array of ``shape`` was broadcast."""
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _wgrad(H: np.ndarray, dY: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Gradient of a weight of ``shape`` used as ``H @ W``: sum of ``H^T dY``."""
+    lead = H.shape[:-2]
+    wl = (1,) * (len(lead) - (len(shape) - 2)) + tuple(shape[:-2])
+    keep = [i for i, (n, w) in enumerate(zip(lead, wl, strict=True)) if w != 1]
+    red = [i for i in range(len(lead)) if i not in keep]
+    order = [*keep, *red, len(lead), len(lead) + 1]
+    kshape = [lead[i] for i in keep]
+    H2 = np.transpose(H, order).reshape(*kshape, -1, H.shape[-1])
+    D2 = np.transpose(dY, order).reshape(*kshape, -1, dY.shape[-1])
+    return (np.swapaxes(H2, -1, -2) @ D2).reshape(shape)
+
+
+def _ln_fwd(x, g, b):
+    y, inv_s = _ln(x, EPS)
+    return g * y + b, (y, inv_s, g)
+
+
+def _ln_bwd(dout, cache, grads, gk, bk):
+    y, inv_s, g = cache
+    grads[gk] = _reduce_to(dout * y, np.shape(g))
+    grads[bk] = _reduce_to(dout, np.shape(g))
+    return _ln_plain_bwd(dout * g, y, inv_s)
+
+
+def _ln_plain_bwd(dy, y, inv_s):
+    """J^T dy for LN without affine: (dy - mean dy - y mean(dy y)) / s."""
+    return inv_s * (dy - dy.mean(axis=-1, keepdims=True)
+                    - y * np.mean(dy * y, axis=-1, keepdims=True))
+
+
+def _attn_fwd(H, p):
+    heads = int(p["heads"])
+    Q, K, V = (_split(_linear(H, p[k]), heads) for k in ("W_Q", "W_K", "W_V"))
+    S = (Q @ np.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(Q.shape[-1]))
+    P = softmax(S, axis=-1).astype(H.dtype, copy=False)
+    A = _merge(P @ V)
+    return _linear(A, p["W_O"]) + p["b_O"], (H, Q, K, V, P, A)
+
+
+def _attn_bwd(dout, cache, p, grads):
+    H, Q, K, V, P, A = cache
+    heads = int(p["heads"])
+    grads["W_O"] = _wgrad(A, dout, np.shape(p["W_O"]))
+    grads["b_O"] = _reduce_to(dout, np.shape(p["b_O"]))
+    dA = _split(_linear(dout, np.swapaxes(p["W_O"], -1, -2)), heads)
+    dP = dA @ np.swapaxes(V, -1, -2)
+    dV = np.swapaxes(P, -1, -2) @ dA
+    dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True)) * (1.0 / math.sqrt(Q.shape[-1]))
+    dQ, dK = dS @ K, np.swapaxes(dS, -1, -2) @ Q
+    dH = 0.0
+    for k, dZ in (("W_Q", dQ), ("W_K", dK), ("W_V", dV)):
+        dZ = _merge(dZ)
+        grads[k] = _wgrad(H, dZ, np.shape(p[k]))
+        dH = dH + _linear(dZ, np.swapaxes(p[k], -1, -2))
+    return dH
+
+
+def _ffn_fwd(H, p):
+    Z = _linear(H, p["W_1"]) + p["b_1"]
+    R = np.maximum(Z, 0)
+    return _linear(R, p["W_2"]) + p["b_2"], (H, Z, R)
+
+
+def _ffn_bwd(dout, cache, p, grads):
+    H, Z, R = cache
+    grads["W_2"] = _wgrad(R, dout, np.shape(p["W_2"]))
+    grads["b_2"] = _reduce_to(dout, np.shape(p["b_2"]))
+    dZ = _linear(dout, np.swapaxes(p["W_2"], -1, -2)) * (Z > 0)
+    grads["W_1"] = _wgrad(H, dZ, np.shape(p["W_1"]))
+    grads["b_1"] = _reduce_to(dZ, np.shape(p["b_1"]))
+    return _linear(dZ, np.swapaxes(p["W_1"], -1, -2))
+
+
+def _forward(params, X, variant, keep=True):
+    """Forward pass; returns (out, caches, stream) with stream[l] the input of layer l."""
+    caches, stream = [], []
+    for p in params:
+        stream.append(X)
+        if variant == "post":
+            a, ca = _attn_fwd(X, p)
+            X1, cl1 = _ln_fwd(X + a, p["ln1_g"], p["ln1_b"])
+            f, cf = _ffn_fwd(X1, p)
+            X, cl2 = _ln_fwd(X1 + f, p["ln2_g"], p["ln2_b"])
+        else:
+            H1, cl1 = _ln_fwd(X, p["ln1_g"], p["ln1_b"])
+            a, ca = _attn_fwd(H1, p)
+            X1 = X + a
+            H2, cl2 = _ln_fwd(X1, p["ln2_g"], p["ln2_b"])
+            f, cf = _ffn_fwd(H2, p)
+            X = X1 + f
+        if keep:
+            caches.append((ca, cl1, cf, cl2))
+    stream.append(X)
+    final = None
+    if variant == "pre":
+        X, inv_s = _ln(X, EPS)
+        final = (X, inv_s)
+    return X, (caches, final), stream
+
+
+def _backward(params, caches, grad_out, variant):
+    """Returns (grads, grad_X, dstream): dstream[l] is the gradient at stream[l]."""
+    layer_caches, final = caches
+    dX = grad_out
+    if variant == "pre":
+        dX = _ln_plain_bwd(dX, *final)
+    grads: list[dict[str, Any]] = [{} for _ in params]
+    dstream = [dX]
+    for p, g, (ca, cl1, cf, cl2) in zip(params[::-1], grads[::-1], layer_caches[::-1],
+                                        strict=True):
+        if variant == "post":
+            dX1 = _ln_bwd(dX, cl2, g, "ln2_g", "ln2_b")
+            dX1 = dX1 + _ffn_bwd(dX1, cf, p, g)
+            dX = _ln_bwd(dX1, cl1, g, "ln1_g", "ln1_b")
+            dX = dX + _attn_bwd(dX, ca, p, g)
+        else:
+            dX1 = dX + _ln_bwd(_ffn_bwd(dX, cf, p, g), cl2, g, "ln2_g", "ln2_b")
+            dX = dX1 + _ln_bwd(_attn_bwd(dX1, ca, p, g), cl1, g, "ln1_g", "ln1_b")
+        g["heads"] = p["heads"]
+        dstream.append(dX)
+    return grads, dX, dstream[::-1]
+
+
+# ---------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------
+def forward(params: Any, X: Any, *, variant: str) -> np.ndarray:
+    """The encoder's output.
+
+    Parameters
+    ----------
+    params : list of dict
+        From :func:`init_params` (arrays may carry broadcasting leading axes).
+    X : array_like, shape (..., N, d)
+        Input tokens as rows, finite.
+    variant : {"post", "pre"}
+
+    Returns
+    -------
+    Y : ndarray, shape (..., N, d)
+        The last layer's output; for ``"pre"``, after the final LayerNorm.
+        float32 if ``X`` and the parameters are float32, else float64.
+    """
+    X = _check(params, X, variant)
+    return _forward(params, X, variant, keep=False)[0]
+
+
+def backward(params: Any, X: Any, grad_out: Any, *, variant: str
+             ) -> tuple[list[dict[str, Any]], np.ndarray]:
+    r"""Gradients of a loss :math:`\ell(\text{forward}(X))` by a hand-written backward pass.
+
+    Parameters
+    ----------
+    params : list of dict
+    X : array_like, shape (..., N, d)
+    grad_out : array_like, shape (..., N, d)
+        :math:`\partial\ell/\partial Y` at :math:`Y = ` ``forward(params, X)``.
+    variant : {"post", "pre"}
+
+    Returns
+    -------
+    grads : list of dict
+        :math:`\partial\ell/\partial\theta` with the keys and shapes of ``params``
+        (``"heads"`` copied).
+    grad_X : ndarray, shape (..., N, d)
+        :math:`\partial\ell/\partial X`.
+    """
+    X = _check(params, X, variant)
+    G = as_real_array(grad_out, "grad_out", min_ndim=2)
+    _, caches, _ = _forward(params, X, variant)
+    if G.shape != X.shape:
+        raise ValueError(f"grad_out must have the output's shape {X.shape}; got {G.shape}")
+    return _backward(params, caches, G.astype(X.dtype, copy=False), variant)[:2]
+
+
+def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
+    """The hidden states between layers.
+
+    Returns
+    -------
+    stream : list of L + 1 ndarrays, shape (..., N, d)
+        ``stream[0]`` is ``X`` and ``stream[l]`` the output of layer ``l``; for
+        ``"pre"`` the last entry is *before* the final LayerNorm, so it shows the
+        residual stream's growth.
+    """
+    X = _check(params, X, variant)
+    return _forward(params, X, variant, keep=False)[2]
+
+
+def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
+    """Stack several models' params along a new leading "run" axis.
+
+    Parameters
+    ----------
+    models : sequence of params
+        Same layers and shapes each.
+    batch_axes : int, default 0
+        Singleton axes inserted after the run axis, so that weights of shape
+        (R, 1, ..., d, d) broadcast against X of shape (R, B, ..., N, d).
+
+    Returns
+    -------
+    params : list of dict
+        Matrices of shape (R, *(1,) * batch_axes, m, n); vectors (biases and
+        gains) of shape (R, *(1,) * batch_axes, 1, n), so that they broadcast
+        over the token axis too.
+    """
+    if not isinstance(models, (list, tuple)) or not models:
+        raise TypeError("models must be a non-empty sequence of params")
+    for m in models:
+        check_params(m)
+    batch_axes = as_int_at_least(batch_axes, "batch_axes", 0)
+    if len({len(m) for m in models}) != 1:
+        raise ValueError("models must all have the same number of layers")
+    out = []
+    for layer in zip(*models, strict=True):
+        p: dict[str, Any] = {"heads": layer[0]["heads"]}
+        for k in PARAM_NAMES:
+            a = np.stack([q[k] for q in layer])
+            extra = batch_axes + (a.ndim == 2)  # vectors also skip the token axis
+            p[k] = a.reshape(a.shape[:1] + (1,) * extra + a.shape[1:])
+        out.append(p)
+    return out
+
+
+def gradient_check(params: Any, X: Any, *, variant: str, seed: int = 0,
+                   h: float = 1e-6) -> float:
+    """Largest error of :func:`backward` against central finite differences.
+
+    The loss is a random linear read-out ``sum(G * forward(params, X))``; every
+    entry of every parameter and of ``X`` is perturbed by ``±h`` (cost: two
+    forward passes per entry, so use a tiny model).
+
+    Returns
+    -------
+    float
+        max |backward - finite difference| over all entries, divided by the
+        largest gradient entry.
+    """
+    X = np.array(_check(params, X, variant), dtype=float)
+    G = np.random.default_rng(seed).standard_normal(X.shape)
+    params = [{k: (v if k == "heads" else np.array(v, dtype=float)) for k, v in p.items()}
+              for p in params]
+    grads, gX = backward(params, X, G, variant=variant)
+    pairs = [(p[k], g[k]) for p, g in zip(params, grads, strict=True) for k in PARAM_NAMES]
+    worst, scale = 0.0, 0.0
+    for arr, g in [*pairs, (X, gX)]:
+        for idx in np.ndindex(arr.shape):
+            old = arr[idx]
+            arr[idx] = old + h
+            up = np.sum(G * _forward(params, X, variant, keep=False)[0])
+            arr[idx] = old - h
+            down = np.sum(G * _forward(params, X, variant, keep=False)[0])
+            arr[idx] = old
+            worst = max(worst, abs((up - down) / (2 * h) - g[idx]))
+        scale = max(scale, float(np.abs(g).max()))
+    return worst / scale
+
+
+def token_diversity(X: Any) -> np.ndarray:
+    r"""Relative distance from rank one, :math:`\|X - \mathbf 1\bar x^\top\|_F/\|X\|_F`.
+
+    Parameters
+    ----------
+    X : array_like, shape (..., N, d)
+        Tokens as rows; :math:`\bar x` is the mean token.
+
+    Returns
+    -------
+    ratio : ndarray, shape (...)
+        In [0, 1]: 0 when every token is the same, 1 when the mean token is 0.
+        0 for an all-zero X.
+    """
+    X = as_real_array(X, "X", min_ndim=2)
+    num = np.linalg.norm(X - X.mean(axis=-2, keepdims=True), axis=(-2, -1))
+    den = np.linalg.norm(X, axis=(-2, -1))
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)

@@ -1,0 +1,397 @@
+"""Figures, experiments and explorers of the Pre-LN vs Post-LN chapter.
+
+The experiments (:mod:`lipattn.prenorm`, :mod:`lipattn.training`) are run
+once per kernel through the cached functions below, so that the chapter's
+figures and its two explorers share one computation. Sizes are module
+constants, stated in the chapter.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from .. import plotting
+from ..layernorm import layer_norm_jacobian_norm
+from ..prenorm import InitProfile, fit_power, init_profile
+from ..training import TrainResult, train_reversal
+from ..transformer import MATRICES
+from ..widgets import Explorer, Slider, register
+
+__all__ = ["PROFILE_D", "PROFILE_SEEDS", "PROFILE_DEPTHS", "LRS", "WARMUPS", "TRAIN_SEEDS",
+           "TRAIN", "profiles", "training_grid", "grid_index", "fig_ln_norm", "fig_intuition",
+           "fig_profile", "fig_last_layer", "fig_training_grid", "fig_first_steps",
+           "fig_amplification", "DepthExplorer", "WarmupExplorer"]
+
+#: Gradients at initialisation: model dimension, seeds, depths of the explorer.
+PROFILE_D, PROFILE_SEEDS, PROFILE_TOKENS = 64, 8, 16
+PROFILE_DEPTHS = (3, 6, 12, 24)
+#: The warm-up grid: learning rates x warm-up lengths x seeds, per variant.
+LRS = (3e-3, 1e-2)
+WARMUPS = (0, 60)
+TRAIN_SEEDS = (0, 1)
+#: The training run's sizes (keyword arguments of ``train_reversal``).
+TRAIN = {"layers": 6, "d": 32, "vocab": 16, "n_tokens": 8, "batch": 16, "steps": 300}
+VARIANT_COLORS = {"post": "C1", "pre": "C0"}
+VARIANT_NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
+
+
+@lru_cache(maxsize=16)
+def profiles(layers: int, d: int = PROFILE_D, seeds: int = PROFILE_SEEDS
+             ) -> dict[str, InitProfile]:
+    """Both variants' :func:`lipattn.prenorm.init_profile` (cached)."""
+    return {v: init_profile(layers, d, v, seeds=seeds, n_tokens=PROFILE_TOKENS)
+            for v in ("post", "pre")}
+
+
+@lru_cache(maxsize=1)
+def training_grid() -> dict[str, TrainResult]:
+    """The warm-up grid for both variants: ``LRS x WARMUPS x TRAIN_SEEDS`` runs each (cached)."""
+    combos = list(itertools.product(LRS, WARMUPS, TRAIN_SEEDS))
+    lr, warm, seed = (list(c) for c in zip(*combos, strict=True))
+    return {v: train_reversal(v, lr, warm, seed, **TRAIN) for v in ("post", "pre")}
+
+
+def grid_index(lr: float, warmup: int, seed: int) -> int:
+    """Run index of (lr, warmup, seed) in :func:`training_grid`'s results."""
+    return (LRS.index(lr) * len(WARMUPS) + WARMUPS.index(warmup)) * len(TRAIN_SEEDS) \
+        + TRAIN_SEEDS.index(seed)
+
+
+# ---------------------------------------------------------------------------
+# LayerNorm
+# ---------------------------------------------------------------------------
+def fig_ln_norm(eps: float = 1e-5) -> Figure:
+    """||J_LN||_2 against the input's standard deviation, d = 2 and d >= 3."""
+    sig = np.geomspace(1e-5, 10, 300)
+    fig, ax = plotting.figure(width=7.0, height=3.2)
+    for d, style in ((2, "C1"), (3, "C0"), (64, "C2")):
+        x = np.zeros((sig.size, d))
+        x[:, 0], x[:, 1] = sig, -sig  # centred; std = sig * sqrt(2/d)
+        std = sig * np.sqrt(2 / d)
+        ax.plot(std, layer_norm_jacobian_norm(x, eps), color=style, lw=2 if d == 2 else 1.8,
+                ls="-" if d != 64 else "--", label=f"d = {d}")
+    ax.axhline(1 / np.sqrt(eps), color=plotting.ONE_COLOR, ls=":", lw=1.2,
+               label=r"$1/\sqrt{\varepsilon}$")
+    ax.axvline(np.sqrt(eps), color="0.6", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("standard deviation of the row, √var x (log axis)")
+    ax.set_ylabel(r"$\|J_{\mathrm{LN}}(x)\|_2$ (log axis)")
+    ax.set_title(r"LayerNorm's Jacobian norm, $\varepsilon = 10^{-5}$ "
+                 r"(grey line: std = $\sqrt{\varepsilon}$)")
+    ax.legend(loc="lower left")
+    return fig
+
+
+# ---------------------------------------------------------------------------
+# gradients at initialisation
+# ---------------------------------------------------------------------------
+def _band(ax, x, samples, color, label, log=True):
+    """Mean ± s.e. as a line with error bars, 10-90 % quantiles as a band."""
+    mean = samples.mean(axis=0)
+    se = samples.std(axis=0, ddof=1) / np.sqrt(samples.shape[0])
+    lo, hi = np.quantile(samples, [0.1, 0.9], axis=0)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
+    ax.errorbar(x, mean, yerr=se, color=color, marker="o", ms=3, capsize=2, label=label)
+
+
+def fig_profile(layers: int = 12) -> Figure:
+    """Per-layer gradient norms (W_Q and W_2), the residual stream and the
+    gradient reaching each layer's input, both variants, at depth ``layers``."""
+    prof = profiles(layers)
+    fig, axes = plotting.figure(2, 2, width=8.4, height=5.8)
+    axes = axes.ravel()
+    x = np.arange(1, layers + 1)
+    for v, p in prof.items():
+        c, name = VARIANT_COLORS[v], VARIANT_NAMES[v]
+        _band(axes[0], x, p.grad[:, :, MATRICES.index("W_2")], c, name)
+        _band(axes[1], x, p.grad[:, :, MATRICES.index("W_Q")], c, name)
+        _band(axes[2], np.arange(layers + 1), p.second_moment, c, name)
+        _band(axes[3], np.arange(layers + 1), p.stream_grad, c, name)
+    titles = (r"$\|\partial\ell/\partial W_2\|_F$ per layer",
+              r"$\|\partial\ell/\partial W_Q\|_F$ per layer",
+              "residual stream: mean squared entry", r"$\|\partial\ell/\partial X_l\|_F$")
+    for ax, t in zip(axes, titles, strict=True):
+        ax.set_yscale("log")
+        ax.set_title(t, fontsize=10)
+        ax.set_xlabel("layer l (input → output)")
+    axes[0].legend(loc="best", fontsize=8)
+    fig.suptitle(f"At initialisation: L = {layers}, d = {PROFILE_D}, N = {PROFILE_TOKENS}, "
+                 f"{PROFILE_SEEDS} seeds (mean ± s.e.; band: 10–90 % quantiles)", fontsize=10)
+    return fig
+
+
+def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
+    """The last layer's W_2 gradient against depth, with fitted power laws."""
+    depths = np.asarray(depths)
+    fig, ax = plotting.figure(width=6.4, height=3.4)
+    for v in ("post", "pre"):
+        g = grads[v]
+        b, a, se = fit_power(depths, g.mean(axis=1))
+        _band(ax, depths, g.T, VARIANT_COLORS[v],
+              f"{VARIANT_NAMES[v]}: fit $\\propto L^{{{b:.2f} \\pm {se:.2f}}}$")
+        ax.plot(depths, np.exp(a) * depths**b, color=VARIANT_COLORS[v], ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(depths, [str(int(x)) for x in depths])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("depth L (log axis)")
+    ax.set_ylabel(r"$\|\partial\ell/\partial W_2^{(L)}\|_F$ (log axis)")
+    ax.set_title(f"Last layer's FFN gradient at initialisation, d = {d}")
+    ax.legend(loc="lower left")
+    return fig
+
+
+# ---------------------------------------------------------------------------
+# warm-up
+# ---------------------------------------------------------------------------
+def fig_intuition(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
+    """Loss curves at one learning rate: Post-LN with and without warm-up, Pre-LN without."""
+    fig, ax = plotting.figure(width=7.0, height=3.2)
+    cases = (("post", 0, "C1", "-", "Post-LN, no warm-up"),
+             ("post", WARMUPS[-1], "C1", "--", f"Post-LN, warm-up {WARMUPS[-1]} steps"),
+             ("pre", 0, "C0", "-", "Pre-LN, no warm-up"))
+    for v, w, color, ls, label in cases:
+        for s in TRAIN_SEEDS:
+            ax.plot(grid[v].loss[grid_index(lr, w, s)], color=color, ls=ls, lw=1.4,
+                    label=label if s == TRAIN_SEEDS[0] else None)
+    ax.axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1, label="chance, ln 16")
+    ax.set_yscale("log")
+    ax.set_ylim(1e-4, 6)
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("training loss (nats, log axis)")
+    ax.set_title(f"Reversing 8 tokens, 6 layers, peak lr = {lr:g} ({len(TRAIN_SEEDS)} seeds each)")
+    ax.legend(loc="lower left", fontsize=8)
+    return fig
+
+
+def fig_training_grid(grid: dict[str, TrainResult]) -> Figure:
+    """Loss curves: rows variant, columns learning rate, colour warm-up."""
+    fig, axes = plotting.figure(len(LRS), 2, width=10.5, height=5.0, sharex=True, sharey=True)
+    chance = np.log(TRAIN["vocab"])
+    for i, v in enumerate(("post", "pre")):
+        res = grid[v]
+        for j, lr in enumerate(LRS):
+            ax = axes[i, j]
+            for w, color in zip(WARMUPS, ("C3", "C2"), strict=True):
+                for s in TRAIN_SEEDS:
+                    k = grid_index(lr, w, s)
+                    ax.plot(res.loss[k], color=color, lw=1.2, alpha=0.85,
+                            label=(f"warm-up {w} steps" if w else "no warm-up")
+                            if s == TRAIN_SEEDS[0] else None)
+            ax.axhline(chance, color="0.5", ls=":", lw=1)
+            ax.set_yscale("log")
+            ax.set_ylim(1e-4, 6)
+            ax.set_title(f"{VARIANT_NAMES[v]}, peak lr = {lr:g}", fontsize=10)
+            if i == 1:
+                ax.set_xlabel("step")
+        axes[i, 0].set_ylabel("training loss (nats, log)")
+    axes[0, 0].legend(loc="lower left", fontsize=8)
+    fig.suptitle(f"Reversal task, {len(TRAIN_SEEDS)} seeds per setting (dotted: chance, ln 16)",
+                 fontsize=10)
+    return fig
+
+
+def fig_first_steps(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
+    """Adam's first update per layer, and token diversity over the first steps."""
+    fig, axes = plotting.figure(2, width=10.0, height=3.3)
+    layers = TRAIN["layers"]
+    for v in ("post", "pre"):
+        k = grid_index(lr, 0, TRAIN_SEEDS[0])
+        res = grid[v]
+        rel = res.update[k, 0]  # (layers, 6)
+        for j in range(len(MATRICES)):
+            axes[0].plot(np.arange(1, layers + 1) + (0.08 if v == "pre" else -0.08),
+                         rel[:, j], ls="none", marker="os^v<>"[j], ms=5,
+                         color=VARIANT_COLORS[v], alpha=0.8,
+                         label=f"{VARIANT_NAMES[v]}" if j == 0 else None)
+        for w, ls in zip(WARMUPS, ("-", "--"), strict=True):
+            kk = grid_index(lr, w, TRAIN_SEEDS[0])
+            axes[1].plot(res.diversity[kk, :40], color=VARIANT_COLORS[v], ls=ls,
+                         label=f"{VARIANT_NAMES[v]}, " + (f"warm-up {w}" if w else "no warm-up"))
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("layer (markers: the six weight matrices)")
+    axes[0].set_ylabel(r"$\|\Delta W\|_F / \|W\|_F$, first step")
+    axes[0].set_title(f"Adam's first update, lr = {lr:g}, no warm-up")
+    axes[0].legend(loc="best", fontsize=8)
+    axes[1].set_xlabel("step")
+    axes[1].set_ylabel("token diversity of the output")
+    axes[1].set_ylim(0, 1)
+    axes[1].set_title(f"First 40 steps, lr = {lr:g}, seed {TRAIN_SEEDS[0]}")
+    axes[1].legend(loc="best", fontsize=8)
+    return fig
+
+
+# ---------------------------------------------------------------------------
+# amplification
+# ---------------------------------------------------------------------------
+def fig_amplification(depths, amp: dict[str, dict[str, np.ndarray]],
+                      sizes: dict[str, float]) -> Figure:
+    """Output change against depth for random and sign perturbations."""
+    depths = np.asarray(depths)
+    fig, axes = plotting.figure(2, width=9.4, height=3.6)
+    titles = {"random": "random ±η perturbation", "sign": "Adam-like: −η·sign(gradient)"}
+    for ax, kind in zip(axes, ("random", "sign"), strict=True):
+        for v in ("post", "pre"):
+            g = amp[kind][v]
+            b, a, se = fit_power(depths, g.mean(axis=1))
+            _band(ax, depths, g.T, VARIANT_COLORS[v],
+                  f"{VARIANT_NAMES[v]}: fit $\\propto L^{{{b:.2f} \\pm {se:.2f}}}$")
+            ax.plot(depths, np.exp(a) * depths**b, color=VARIANT_COLORS[v], ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(depths, [str(int(x)) for x in depths])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("depth L (log axis)")
+        ax.set_title(f"{titles[kind]}, η = {sizes[kind]:g}", fontsize=10)
+        ax.legend(loc="upper left", fontsize=8)
+    axes[0].set_ylabel(r"mean squared entry of $F(\theta+\Delta) - F(\theta)$")
+    return fig
+
+
+# ---------------------------------------------------------------------------
+# explorers
+# ---------------------------------------------------------------------------
+_MATRIX_SLIDER = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2")
+
+
+@register
+class DepthExplorer(Explorer):
+    """Depth, variant and weight matrix: per-layer gradient norms, the residual
+    stream's size and token diversity at initialisation."""
+
+    name = "prenorm-depth"
+    title = "Gradients at initialisation, per layer (d = 64, N = 16, 8 seeds)"
+    slider_specs = (
+        Slider("layers", PROFILE_DEPTHS, label="depth L", default=12),
+        Slider("variant", ("post", "pre"), label="variant", default="pre",
+               fmt=lambda v: VARIANT_NAMES[v]),
+        Slider("matrix", _MATRIX_SLIDER, label="weight matrix", default="W_2"),
+    )
+    width, height = 9.6, 3.0
+
+    def setup(self, fig: Figure):
+        self._data = {L: profiles(L) for L in PROFILE_DEPTHS}
+        ax_g, ax_s, ax_d = fig.subplots(1, 3)
+        top = max(PROFILE_DEPTHS)
+        self._g_band = ax_g.fill_between([0, 1], [1, 1], [1, 1], color="C0", alpha=0.2, lw=0)
+        (self._g_line,) = ax_g.plot([], [], "o-", ms=3, color="C0")
+        (self._g_other,) = ax_g.plot([], [], "--", lw=1, color="0.5",
+                                     label="other variant (mean)")
+        ax_g.set_xlim(0.5, top + 0.5)
+        ax_g.set_ylim(1e-8, 1e4)
+        ax_g.set_yscale("log")
+        ax_g.set_xlabel("layer l")
+        ax_g.set_ylabel(r"$\|\partial\ell/\partial W\|_F$")
+        ax_g.legend(loc="lower left", fontsize=8)
+        self._g_title = ax_g.set_title("", fontsize=10)
+        (self._s_line,) = ax_s.plot([], [], "o-", ms=3, color="C0")
+        (self._s_other,) = ax_s.plot([], [], "--", lw=1, color="0.5")
+        ax_s.set_xlim(-0.5, top + 0.5)
+        ax_s.set_ylim(0.5, 40)
+        ax_s.set_yscale("log")
+        ax_s.set_xlabel("layer boundary l")
+        ax_s.set_title("residual stream: mean squared entry", fontsize=10)
+        (self._d_line,) = ax_d.plot([], [], "o-", ms=3, color="C0")
+        (self._d_other,) = ax_d.plot([], [], "--", lw=1, color="0.5")
+        ax_d.set_xlim(-0.5, top + 0.5)
+        ax_d.set_ylim(1e-7, 1.5)
+        ax_d.set_yscale("log")
+        ax_d.set_xlabel("layer boundary l")
+        ax_d.set_title(r"token diversity $\|X - \mathbf{1}\bar x^\top\|_F/\|X\|_F$",
+                       fontsize=10)
+        self._text = ax_g.text(0.97, 0.95, "", transform=ax_g.transAxes, ha="right", va="top",
+                               fontsize=8, bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        self._ax_g = ax_g
+        return [self._g_band, self._g_line, self._g_other, self._g_title, self._s_line,
+                self._s_other, self._d_line, self._d_other, self._text]
+
+    def update(self, layers: int, variant: str, matrix: str) -> None:
+        other = "pre" if variant == "post" else "post"
+        p, q = self._data[layers][variant], self._data[layers][other]
+        j = MATRICES.index(matrix)
+        g = p.grad[:, :, j]
+        x = np.arange(1, layers + 1)
+        lo, hi = np.quantile(g, [0.1, 0.9], axis=0)
+        verts = np.concatenate([np.stack([x, lo], 1), np.stack([x[::-1], hi[::-1]], 1)])
+        self._g_band.set_paths([verts])
+        color = VARIANT_COLORS[variant]
+        self._g_band.set_facecolor(color)
+        self._g_line.set_data(x, g.mean(0))
+        self._g_line.set_color(color)
+        self._g_other.set_data(x, q.grad[:, :, j].mean(0))
+        xs = np.arange(layers + 1)
+        self._s_line.set_data(xs, p.second_moment.mean(0))
+        self._s_other.set_data(xs, q.second_moment.mean(0))
+        self._d_line.set_data(xs, p.diversity.mean(0))
+        self._d_other.set_data(xs, q.diversity.mean(0))
+        for line in (self._s_line, self._d_line):
+            line.set_color(color)
+        m = g.mean(0)
+        self._g_title.set_text(f"{VARIANT_NAMES[variant]}: {matrix}")
+        self._text.set_text(f"last/first layer: {m[-1] / m[0]:.3g}\n"
+                            f"output diversity: {p.diversity[:, -1].mean():.2g}")
+
+
+@register
+class WarmupExplorer(Explorer):
+    """Learning rate, warm-up and variant: loss and token diversity during training."""
+
+    name = "prenorm-warmup"
+    title = "Training on reversal (L = 6, d = 32, batch 16, Adam (0.9, 0.98), 2 seeds)"
+    slider_specs = (
+        Slider("lr", LRS, label="peak learning rate", default=1e-2, fmt=lambda v: f"{v:g}"),
+        Slider("warmup", WARMUPS, label="linear warm-up (steps)", default=0),
+        Slider("variant", ("post", "pre"), label="variant", default="post",
+               fmt=lambda v: VARIANT_NAMES[v]),
+    )
+    width, height = 9.0, 3.2
+
+    def setup(self, fig: Figure):
+        self._grid = training_grid()
+        steps = TRAIN["steps"]
+        ax_l, ax_d = fig.subplots(1, 2)
+        self._loss = [ax_l.plot([], [], lw=1.3)[0] for _ in TRAIN_SEEDS]
+        self._div = [ax_d.plot([], [], lw=1.3)[0] for _ in TRAIN_SEEDS]
+        ax_l.axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1, label="chance, ln 16")
+        ax_l.set_xlim(0, steps)
+        ax_l.set_ylim(1e-4, 6)
+        ax_l.set_yscale("log")
+        ax_l.set_xlabel("step")
+        ax_l.set_ylabel("training loss (nats, log axis)")
+        ax_l.legend(loc="lower left", fontsize=8)
+        ax_d.set_xlim(0, steps)
+        ax_d.set_ylim(-0.02, 1.02)
+        ax_d.set_xlabel("step")
+        ax_d.set_ylabel("token diversity of the output")
+        self._title = ax_l.set_title("", fontsize=10)
+        self._text = ax_d.text(0.97, 0.05, "", transform=ax_d.transAxes, ha="right",
+                               va="bottom", fontsize=8,
+                               bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
+        if WARMUPS[-1]:
+            ax_l.axvspan(0, 0, color="0.9")
+        self._span = ax_l.axvspan(0, WARMUPS[-1], color="C2", alpha=0.08, lw=0)
+        return [*self._loss, *self._div, self._title, self._text, self._span]
+
+    def update(self, lr: float, warmup: int, variant: str) -> None:
+        res = self._grid[variant]
+        steps = np.arange(TRAIN["steps"])
+        color = VARIANT_COLORS[variant]
+        finals = []
+        for s, ll, dl in zip(TRAIN_SEEDS, self._loss, self._div, strict=True):
+            k = grid_index(lr, warmup, s)
+            ll.set_data(steps, res.loss[k])
+            dl.set_data(steps, res.diversity[k])
+            for line in (ll, dl):
+                line.set_color(color)
+            finals.append(res.loss[k, -20:].mean())
+        self._span.set_visible(bool(warmup))
+        self._title.set_text(f"{VARIANT_NAMES[variant]}, lr = {lr:g}, "
+                             + (f"warm-up {warmup} steps" if warmup else "no warm-up"))
+        self._text.set_text("final loss (last 20 steps): "
+                            + ", ".join(f"{f:.2g}" for f in finals))

@@ -1,0 +1,178 @@
+"""lipattn.transformer: backward against central finite differences, the forward
+pass against lipattn.attention, broadcasting over runs, and bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lipattn import transformer as T
+from lipattn.attention import self_attention
+from lipattn.layernorm import layer_norm
+
+
+def _generic_params(heads=1, seed=1, layers=2, d=4, d_ff=6):
+    """Tiny model with non-trivial biases and gains, so every term of the backward matters."""
+    params = T.init_params(layers, d, heads=heads, d_ff=d_ff, seed=seed)
+    rng = np.random.default_rng(seed + 10)
+    for p in params:
+        for k in T.PARAM_NAMES:
+            if not k.startswith("W_"):
+                p[k] = p[k] + 0.3 * rng.standard_normal(p[k].shape)
+    return params
+
+
+def _loss(params, X, G, variant):
+    return float(np.sum(T.forward(params, X, variant=variant) * G))
+
+
+@pytest.mark.parametrize("variant", ["post", "pre"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_backward_matches_central_differences_every_parameter(variant, heads):
+    params = _generic_params(heads)
+    rng = np.random.default_rng(3)
+    X, G = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    grads, gX = T.backward(params, X, G, variant=variant)
+    h = 1e-6
+    for layer, (p, g) in enumerate(zip(params, grads, strict=True)):
+        assert set(g) == set(T.PARAM_NAMES) | {"heads"}
+        for k in T.PARAM_NAMES:
+            fd = np.zeros_like(p[k])
+            for idx in np.ndindex(p[k].shape):
+                old = p[k][idx]
+                p[k][idx] = old + h
+                up = _loss(params, X, G, variant)
+                p[k][idx] = old - h
+                down = _loss(params, X, G, variant)
+                p[k][idx] = old
+                fd[idx] = (up - down) / (2 * h)
+            assert g[k].shape == p[k].shape
+            np.testing.assert_allclose(g[k], fd, atol=2e-7 * (1 + np.abs(fd).max()),
+                                       err_msg=f"layer {layer} {k}")
+    fdX = np.zeros_like(X)
+    for idx in np.ndindex(X.shape):
+        E = np.zeros_like(X)
+        E[idx] = h
+        fdX[idx] = (_loss(params, X + E, G, variant) - _loss(params, X - E, G, variant)) / (2 * h)
+    np.testing.assert_allclose(gX, fdX, atol=2e-7 * (1 + np.abs(fdX).max()))
+
+
+def test_forward_one_layer_matches_lipattn_attention_and_layernorm():
+    p = T.init_params(1, 6, seed=4)
+    X = np.random.default_rng(5).standard_normal((7, 6))
+    att = self_attention(X, p[0]["W_Q"], p[0]["W_K"], p[0]["W_V"]) @ p[0]["W_O"]
+    X1 = layer_norm(X + att)
+    ffn = np.maximum(X1 @ p[0]["W_1"], 0) @ p[0]["W_2"]
+    np.testing.assert_allclose(T.forward(p, X, variant="post"), layer_norm(X1 + ffn),
+                               atol=1e-12)
+    H = layer_norm(X)
+    X1 = X + self_attention(H, p[0]["W_Q"], p[0]["W_K"], p[0]["W_V"]) @ p[0]["W_O"]
+    X2 = X1 + np.maximum(layer_norm(X1) @ p[0]["W_1"], 0) @ p[0]["W_2"]
+    np.testing.assert_allclose(T.forward(p, X, variant="pre"), layer_norm(X2), atol=1e-12)
+
+
+def test_two_heads_are_two_column_blocks():
+    p = T.init_params(1, 4, heads=2, seed=2)[0]
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    H = layer_norm(X)
+    heads = [self_attention(H, p["W_Q"][:, s], p["W_K"][:, s], p["W_V"][:, s])
+             for s in (slice(0, 2), slice(2, 4))]
+    X1 = X + np.concatenate(heads, axis=-1) @ p["W_O"]
+    X2 = X1 + np.maximum(layer_norm(X1) @ p["W_1"], 0) @ p["W_2"]
+    np.testing.assert_allclose(T.forward([p], X, variant="pre"), layer_norm(X2), atol=1e-12)
+
+
+def test_init_shapes_and_xavier_variance():
+    params = T.init_params(3, 32, heads=4, seed=0)
+    assert len(params) == 3 and all(p["heads"] == 4 for p in params)
+    p = params[0]
+    assert p["W_1"].shape == (32, 128) and p["W_2"].shape == (128, 32)
+    assert p["b_1"].shape == (128,) and np.all(p["ln1_g"] == 1) and np.all(p["b_O"] == 0)
+    # Xavier uniform: variance 2 / (fan_in + fan_out)
+    W = np.concatenate([q["W_1"].ravel() for q in T.init_params(20, 32, seed=1)])
+    assert W.var() == pytest.approx(2 / 160, rel=0.02)
+    assert np.abs(W).max() <= np.sqrt(6 / 160)
+
+
+@pytest.mark.parametrize("variant", ["post", "pre"])
+def test_stacked_runs_equal_separate_runs(variant):
+    models = [_generic_params(seed=s) for s in (1, 2, 3)]
+    stacked = T.stack_params(models, batch_axes=1)
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((3, 2, 5, 4))  # (runs, batch, N, d)
+    G = rng.standard_normal((3, 2, 5, 4))
+    Y = T.forward(stacked, X, variant=variant)
+    grads, gX = T.backward(stacked, X, G, variant=variant)
+    for r, m in enumerate(models):
+        np.testing.assert_allclose(Y[r], T.forward(m, X[r], variant=variant), atol=1e-12)
+        g_r, gX_r = T.backward(m, X[r], G[r], variant=variant)
+        np.testing.assert_allclose(gX[r], gX_r, atol=1e-12)
+        for layer in range(2):
+            for k in T.PARAM_NAMES:
+                np.testing.assert_allclose(grads[layer][k][r].reshape(m[layer][k].shape),
+                                           g_r[layer][k], atol=1e-11)
+
+
+def test_float32_is_kept():
+    p = [{k: v if k == "heads" else v.astype(np.float32) for k, v in q.items()}
+         for q in T.init_params(2, 8, seed=0)]
+    X = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    for v in ("pre", "post"):
+        assert T.forward(p, X, variant=v).dtype == np.float32
+        grads, gX = T.backward(p, X, X, variant=v)
+        assert gX.dtype == np.float32 and grads[0]["W_Q"].dtype == np.float32
+
+
+def test_residual_stream_and_token_diversity():
+    p = T.init_params(3, 8, seed=0)
+    X = np.random.default_rng(0).standard_normal((6, 8))
+    s = T.residual_stream(p, X, variant="pre")
+    assert len(s) == 4 and np.array_equal(s[0], X)
+    np.testing.assert_allclose(layer_norm(s[-1]), T.forward(p, X, variant="pre"), atol=1e-12)
+    assert T.token_diversity(np.ones((4, 3))) == 0.0
+    assert T.token_diversity(np.zeros((4, 3))) == 0.0
+    Z = np.random.default_rng(1).standard_normal((4, 3))
+    assert T.token_diversity(Z - Z.mean(0)) == pytest.approx(1.0)
+
+
+def test_extreme_inputs_stay_finite():
+    p = T.init_params(2, 4, seed=0)
+    for scale in (1e-150, 1e6):
+        X = scale * np.random.default_rng(0).standard_normal((3, 4))
+        for v in ("post", "pre"):
+            Y = T.forward(p, X, variant=v)
+            grads, gX = T.backward(p, X, np.ones_like(X), variant=v)
+            assert np.all(np.isfinite(Y)) and np.all(np.isfinite(gX))
+
+
+def test_bad_inputs():
+    p = T.init_params(2, 4, seed=0)
+    X = np.zeros((3, 4))
+    with pytest.raises(ValueError, match="variant"):
+        T.forward(p, X, variant="middle")
+    with pytest.raises(ValueError, match="X must"):
+        T.forward(p, np.zeros((3, 5)), variant="pre")
+    with pytest.raises(ValueError, match="X must"):
+        T.forward(p, np.array([[np.nan, 0, 0, 0]]), variant="pre")
+    with pytest.raises(ValueError, match="X must"):
+        T.forward(p, np.zeros(4), variant="pre")
+    with pytest.raises(ValueError, match="grad_out"):
+        T.backward(p, X, np.zeros((2, 4)), variant="post")
+    with pytest.raises(ValueError, match="grad_out"):
+        T.backward(p, X, np.full((3, 4), np.inf), variant="post")
+    bad = [dict(q) for q in p]
+    bad[1]["W_2"] = np.zeros((3, 3))
+    with pytest.raises(ValueError, match=r"params\[1\]\['W_2'\]"):
+        T.forward(bad, X, variant="post")
+    with pytest.raises(TypeError, match="params"):
+        T.forward([], X, variant="post")
+    with pytest.raises(ValueError, match="heads"):
+        T.init_params(2, 6, heads=4)
+    with pytest.raises(ValueError, match="layers"):
+        T.init_params(0, 4)
+    with pytest.raises(TypeError, match="models"):
+        T.stack_params([])
+    with pytest.raises(ValueError, match="X must"):
+        T.residual_stream(p, np.zeros((3, 2)), variant="pre")
+    with pytest.raises(ValueError, match="X must"):
+        T.token_diversity(np.zeros(3))
