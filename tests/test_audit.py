@@ -40,26 +40,26 @@ def test_the_card_has_eight_claims_with_known_verdicts():
 
 def test_table_has_one_row_per_claim_matching_the_data():
     rows = _table_rows(audit.verdict_table())
-    assert rows[0] == ["#", "The card says", "Verdict", "The correct statement", "Settled in"]
+    assert rows[0] == ["The card says", "Verdict", "In short, the truth", "Settled in"]
     body = rows[1:]
     assert len(body) == len(CLAIMS)
     for row, c in zip(body, CLAIMS, strict=True):
-        assert len(row) == 5
-        assert row[0] == f"{{ref}}`{c.number} <audit-claim-{c.number}>`"
+        assert len(row) == 4
+        assert row[0].startswith(f"**{{ref}}`{c.number} <audit-claim-{c.number}>`** ")
         for p in c.parts:
-            assert p.says in row[1]  # escaped pipes come back as they were
-            assert f"**{p.verdict}**" in row[2]
-        assert row[3] == c.correct
-        assert f"{{doc}}`{c.chapter}`" in row[4]
+            assert p.says in row[0]  # escaped pipes come back as they were
+            assert f"**{p.verdict}**" in row[1]
+        assert row[2] == c.short
+        assert f"{{doc}}`Ch. {int(c.chapter[:2])} <{c.chapter}>`" in row[3]
         for ref in c.refs:
-            assert f"{{prf:ref}}`{ref}`" in row[4]
+            assert f"{{prf:ref}}`{ref}`" in row[3]
 
 
 def test_multi_part_verdicts_are_numbered_in_claim_and_verdict():
     two = next(c for c in CLAIMS if len(c.parts) == 2)
     row = _table_rows(audit.verdict_table((two,)))[1]
-    assert row[1].startswith("(1) ") and " (2) " in row[1]
-    assert row[2] == f"**{two.parts[0].verdict}** (1); **{two.parts[1].verdict}** (2)"
+    assert "** (1) " in row[0] and " (2) " in row[0]
+    assert row[1] == f"**{two.parts[0].verdict}** (1); **{two.parts[1].verdict}** (2)"
 
 
 def test_box_repeats_the_tables_row():
@@ -114,9 +114,9 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="says must be"):
         Part(" ", "true")
     with pytest.raises(ValueError, match="parts must not be empty"):
-        Claim(9, "t", (), "c", "ch", (), {"en": "", "zh": ""})
+        Claim(9, "t", (), "c", "s", "ch", (), {"en": "", "zh": ""})
     with pytest.raises(ValueError, match="trap must have"):
-        Claim(9, "t", (Part("x", "true"),), "c", "ch", (), {"en": ""})
+        Claim(9, "t", (Part("x", "true"),), "c", "s", "ch", (), {"en": ""})
     with pytest.raises(ValueError, match="number must be one of"):
         audit.claim(9)
     with pytest.raises(TypeError, match="number must be an int"):
@@ -125,3 +125,22 @@ def test_bad_inputs():
         audit.verdict_table(())
     with pytest.raises(ValueError, match="lang must be one of"):
         audit.traps("fr")
+
+
+def test_review_sheets_agree():
+    """Both sheets: the same formulas and the same chapters, the traps from
+    lipattn.audit, the same quiz questions; the Chinese answers have five
+    lines, like the chapters' own."""
+    en = (CHAPTERS / "review.md").read_text(encoding="utf-8")
+    zh = (CHAPTERS / "review_zh.md").read_text(encoding="utf-8")
+    formulas = [re.findall(r"^\$\$\n(.*?)\n\$\$$", page, re.M | re.S) for page in (en, zh)]
+    assert len(formulas[0]) == 6 and formulas[0] == formulas[1]
+    docs = [re.findall(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`", page) for page in (en, zh)]
+    chapters = {c.chapter for c in CLAIMS} | {"audit"}
+    assert chapters <= set(docs[0]) and chapters <= set(docs[1])
+    assert 'audit.traps("en")' in en and 'audit.traps("zh")' in zh
+    picks = [re.search(r"^picks = (\[.*?\])", page, re.M).group(1) for page in (en, zh)]
+    assert picks[0] == picks[1]
+    quotes = re.findall(r"((?:^> .*\n)+)", zh, re.M)
+    assert [len(q.splitlines()) for q in quotes] == [5] * 6
+    assert all(re.search(r"[\u4e00-\u9fff]", q) for q in quotes)

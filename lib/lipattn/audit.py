@@ -68,7 +68,9 @@ class Claim:
     parts : tuple of Part
         The claim, split where its parts get different verdicts.
     correct : str
-        The correct statement (MyST Markdown).
+        The correct statement (MyST Markdown), shown in the claim's box.
+    short : str
+        The correct statement in a few words, for the table.
     chapter : str
         The document that settles it, e.g. ``"01_softmax_jacobian"``.
     refs : tuple of str
@@ -81,6 +83,7 @@ class Claim:
     topic: str
     parts: tuple[Part, ...]
     correct: str
+    short: str
     chapter: str
     refs: tuple[str, ...]
     trap: dict[str, str]
@@ -110,6 +113,7 @@ CLAIMS: tuple[Claim, ...] = (
               "true but loose"),),
         r"$\|J(z)\|_2 \le \frac12$ for every $z$; the supremum $\frac12$ is attained for two "
         r"equal logits and approached for $n \ge 3$ when two logits tie at the top.",
+        r"$\|J\|_2 \le \frac12$, and $\frac12$ is sharp.",
         "01_softmax_jacobian", ("thm-tight",),
         {"en": r"$\|\diag(p) - pp^\top\|_2 \le 1$ is true but loose: the sharp bound is "
                r"$\frac12$ (a variance of values in $[\min v, \max v]$, Popoviciu).",
@@ -122,6 +126,7 @@ CLAIMS: tuple[Claim, ...] = (
          Part(r"and at most $\sqrt N$ in $\ell_2$.", "true but loose")),
         r"The best constant is $\frac12$ in both $\ell_2$ and $\ell_\infty$, for every $N$; "
         r"$\frac{1}{2\tau}$ with temperature $\tau$.",
+        r"$\frac12$ in $\ell_2$ and in $\ell_\infty$, for every $N$.",
         "01_softmax_jacobian", ("thm-softmax-lipschitz",),
         {"en": r"The softmax is $\frac12$-Lipschitz in $\ell_2$ and $\ell_\infty$: not "
                r"“exactly 1”, and no $\sqrt N$.",
@@ -139,6 +144,8 @@ CLAIMS: tuple[Claim, ...] = (
         r"The logit gradient shrinks, and so does the query gradient of most queries; "
         r"a few near-tie queries get large ones, so the $W_Q$ gradient stays of order 1 "
         r"on average, heavy-tailed.",
+        r"Variance $d_k$; saturation like $1/\sigma$, not exponential; the $W_Q$ gradient "
+        r"vanishes for typical queries only.",
         "02_scaling_saturation", ("thm-dot-moments", "thm-n-key"),
         {"en": r"Without $1/\sqrt{d_k}$, saturation is polynomial ($\Theta(1/\sigma)$), not "
                r"exponential; the $W_Q$ gradient vanishes for most queries but not on average.",
@@ -155,6 +162,8 @@ CLAIMS: tuple[Claim, ...] = (
         r"doubly exponential, once $c\|\mathrm{res}\|_F^2 < 1$. Large weights can hold the "
         r"tokens apart for several layers first; plain skips only slow the relative "
         r"residual to a geometric decay.",
+        r"Doubly exponential near collapse (the residual is cubed per layer), and only under "
+        r"conditions.",
         "03_rank_collapse", ("thm-cubic", "cor-unroll"),
         {"en": r"Pure attention collapses *doubly* exponentially near collapse "
                r"(residual cubed per layer), and only conditionally; skips alone do not stop it.",
@@ -169,6 +178,8 @@ CLAIMS: tuple[Claim, ...] = (
         r"Post-LN and $d\sqrt{\ln d/L}$ for Pre-LN. Across layers Pre-LN's gradients fall "
         r"towards the output. Adam's first step has the same relative size everywhere; "
         r"Post-LN fails without warm-up because it amplifies parameter changes with depth.",
+        r"Pre-LN gradients fall towards the output; the last layer scales like $L^{-1/2}$; "
+        r"warm-up tames amplification.",
         "04_prenorm_postnorm", ("def-variants",),
         {"en": r"Pre-LN's gradient norms are not constant across layers; the theorem is "
                r"about the last layer ($\propto L^{-1/2}$), and warm-up is about amplification.",
@@ -182,6 +193,7 @@ CLAIMS: tuple[Claim, ...] = (
         r"Power iteration's estimate never exceeds $\sigma_1$, so "
         r"$\|W/\hat\sigma\|_2 = \sigma_1/\hat\sigma \ge 1$: the constraint is approached from "
         r"above. Its error falls like $(\sigma_2/\sigma_1)^{4k}$.",
+        r"$\|W/\hat\sigma\|_2 \ge 1$: the constraint is approached from above.",
         "05_spectral_normalisation", ("thm-lower-bound", "thm-rate"),
         {"en": r"Spectral normalisation gives $\|W/\hat\sigma\|_2 \ge 1$, not $\le 1$: "
                r"power iteration underestimates $\sigma_1$.",
@@ -200,6 +212,7 @@ CLAIMS: tuple[Claim, ...] = (
         r"$C$. On tokens of norm $\le R$: "
         r"$L \le \|W_V\|_2(\min(\sqrt N, e^{aR^2}) + aR^2(1 + \sqrt{N/2}))$, "
         r"$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$. “Necessary and sufficient” is proved nowhere.",
+        r"No global constant; it grows like $\|X\|^2$, on a ball of radius $R$ like $R^2$.",
         "06_attention_lipschitz", ("thm-t-squared", "thm-local-bound"),
         {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: it grows "
                r"like $\|X\|^2$; “necessary and sufficient” is an empty phrase.",
@@ -218,6 +231,8 @@ CLAIMS: tuple[Claim, ...] = (
         r"and LayerNorm's Jacobian has norm $1/\sqrt{\operatorname{var} + \varepsilon}$, "
         r"globally $1/\sqrt\varepsilon$; both are argued from signal propagation, rank "
         r"collapse and the sensitivity to *parameter* changes, not from an input-Lipschitz bound.",
+        r"The product bound is loose; measured perturbations do not grow exponentially; LayerNorm "
+        r"is $1/\sqrt\varepsilon$-Lipschitz.",
         "04_prenorm_postnorm", ("thm-ln-jacobian", "cor-ln-lipschitz"),
         {"en": r"A product of per-layer Lipschitz constants is a bound, not a rate: "
                r"measured perturbations do not grow exponentially at initialisation, and "
@@ -243,10 +258,17 @@ def section_label(number: int) -> str:
     return f"audit-claim-{claim(number).number}"
 
 
-def _settled_by(c: Claim) -> str:
+def _settled_by(c: Claim, short: bool = False) -> str:
     refs = ", ".join(f"{{prf:ref}}`{r}`" for r in c.refs)
-    link = f"{{doc}}`{c.chapter}`"
+    text = f"Ch. {int(c.chapter[:2])} <{c.chapter}>" if short else c.chapter
+    link = f"{{doc}}`{text}`"
     return f"{link}: {refs}" if refs else link
+
+
+def _says(c: Claim) -> str:
+    if len(c.parts) == 1:
+        return c.parts[0].says
+    return " ".join(f"({i}) {p.says}" for i, p in enumerate(c.parts, 1))
 
 
 def _verdict_words(c: Claim, lang: str = "en") -> str:
@@ -264,21 +286,20 @@ def _cell(text: str) -> str:
 def verdict_table(claims: tuple[Claim, ...] = CLAIMS) -> str:
     """The audit's table, one row per claim (MyST Markdown).
 
-    Columns: the claim number (a link to its section), what the card says,
-    the verdict, the correct statement, and the chapter and theorems that
-    settle it. A claim with several parts numbers them in the claim and in
-    the verdict.
+    Columns: what the card says (led by the claim's number, a link to its
+    section), the verdict, the correct statement in short, and the chapter
+    and theorems that settle it. A claim with several parts numbers them in
+    the claim and in the verdict.
     """
     if not claims or not all(isinstance(c, Claim) for c in claims):
         raise TypeError("claims must be a non-empty sequence of Claim")
-    rows = ["| # | The card says | Verdict | The correct statement | Settled in |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = ["| The card says | Verdict | In short, the truth | Settled in |",
+            "| --- | --- | --- | --- |"]
     for c in claims:
-        says = (c.parts[0].says if len(c.parts) == 1 else
-                " ".join(f"({i}) {p.says}" for i, p in enumerate(c.parts, 1)))
+        link = f"**{{ref}}`{c.number} <{section_label(c.number)}>`**"
         rows.append("| " + " | ".join(_cell(x) for x in (
-            f"{{ref}}`{c.number} <{section_label(c.number)}>`", says, _verdict_words(c),
-            c.correct, _settled_by(c))) + " |")
+            f"{link} {_says(c)}", _verdict_words(c), c.short,
+            _settled_by(c, short=True))) + " |")
     return "\n".join(rows)
 
 
@@ -286,9 +307,7 @@ def claim_box(number: int) -> str:
     """The head of a claim's section: the card's words, the verdict, the
     correct statement and where it is proved (MyST Markdown)."""
     c = claim(number)
-    says = (c.parts[0].says if len(c.parts) == 1 else
-            " ".join(f"({i}) {p.says}" for i, p in enumerate(c.parts, 1)))
-    return (f"> **The card:** {says}\n>\n"
+    return (f"> **The card:** {_says(c)}\n>\n"
             f"> **Verdict:** {_verdict_words(c)}.\n>\n"
             f"> **Correct statement:** {c.correct}\n>\n"
             f"> **Settled in** {_settled_by(c)}.")
@@ -303,7 +322,8 @@ def traps(lang: str = "en", claims: tuple[Claim, ...] = CLAIMS) -> str:
     """
     if lang not in _VERDICT_WORDS:
         raise ValueError(f"lang must be one of {sorted(_VERDICT_WORDS)}; got {lang!r}")
-    return "\n".join(f"{c.number}. {_verdict_words(c, lang)}: {c.trap[lang]} "
+    colon = "：" if lang == "zh" else ": "
+    return "\n".join(f"{c.number}. {_verdict_words(c, lang)}{colon}{c.trap[lang]} "
                      f"({{ref}}`{'→' if lang == 'en' else '详见'} <{section_label(c.number)}>`)"
                      for c in claims)
 
