@@ -214,6 +214,16 @@ def test_chinese_sheet_renders_cjk_glyphs(driver, server):
     assert driver.execute_script(_GLYPH_JS, "\u0379") == [False]  # the control: unassigned too
 
 
+def test_audit_table_fits_the_column(driver, server):
+    """The verdict table wraps inside the text column: no horizontal scroll bar."""
+    _load(driver, f"{server}/chapters/audit.html")
+    widths = driver.execute_script(
+        "return Array.from(document.querySelectorAll('main table')).map(t => {"
+        "  const box = t.closest('.pst-scrollable-table-container') || t.parentElement;"
+        "  return [box.scrollWidth, box.clientWidth]; })")
+    assert len(widths) == 1 and widths[0][0] <= widths[0][1] + 2, widths
+
+
 def test_the_checks_can_fail(driver, tmp_path):
     """Negative control: a page that loads a script from another origin (a second
     loopback address) and logs an error is caught by the same checks."""

@@ -202,8 +202,8 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         7, "The Lipschitz constant of self-attention",
-        (Part(r"Self-attention satisfies $L_{\text{attn}} \le C\|W_V\|_2(1 + \frac{2}{\sqrt d}"
-              r"\|W_Q\|_2\|W_K\|_2\|X\|_2)$.", "false"),
+        (Part(r"Self-attention satisfies $L_{\text{attn}} \le C\|W_V\|_2\bigl(1 + {}$"
+              r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$.", "false"),
          Part(r"Spectral normalisation together with $1/\sqrt d$ scaling is the *necessary and "
               r"sufficient* guarantee against gradient explosion and rank collapse in deep "
               r"Transformers.", "ill-posed")),
@@ -278,29 +278,23 @@ def _verdict_words(c: Claim, lang: str = "en") -> str:
     return "; ".join(f"**{words[p.verdict]}** ({i})" for i, p in enumerate(c.parts, 1))
 
 
-def _cell(text: str) -> str:
-    """Text safe inside a pipe-table cell."""
-    return text.replace("|", r"\|").replace("\n", " ")
-
-
 def verdict_table(claims: tuple[Claim, ...] = CLAIMS) -> str:
-    """The audit's table, one row per claim (MyST Markdown).
+    """The audit's table, one row per claim (a MyST ``list-table``).
 
     Columns: what the card says (led by the claim's number, a link to its
-    section), the verdict, the correct statement in short, and the chapter
-    and theorems that settle it. A claim with several parts numbers them in
-    the claim and in the verdict.
+    section), the verdict, and the correct statement in short with the
+    chapter and theorems that settle it. A claim with several parts numbers
+    them in the claim and in the verdict.
     """
     if not claims or not all(isinstance(c, Claim) for c in claims):
         raise TypeError("claims must be a non-empty sequence of Claim")
-    rows = ["| The card says | Verdict | In short, the truth | Settled in |",
-            "| --- | --- | --- | --- |"]
+    rows = ["```{list-table}", ":header-rows: 1", ":widths: 50 16 34", "",
+            "* - The card says", "  - Verdict", "  - The truth, and where it is proved"]
     for c in claims:
         link = f"**{{ref}}`{c.number} <{section_label(c.number)}>`**"
-        rows.append("| " + " | ".join(_cell(x) for x in (
-            f"{link} {_says(c)}", _verdict_words(c), c.short,
-            _settled_by(c, short=True))) + " |")
-    return "\n".join(rows)
+        rows += [f"* - {link} {_says(c)}", f"  - {_verdict_words(c)}",
+                 f"  - {c.short} ({_settled_by(c, short=True)})"]
+    return "\n".join([*rows, "```"])
 
 
 def claim_box(number: int) -> str:
