@@ -224,6 +224,26 @@ def test_audit_table_fits_the_column(driver, server):
     assert len(widths) == 1 and widths[0][0] <= widths[0][1] + 2, widths
 
 
+@pytest.mark.parametrize("term", ["谱范数", "秩崩溃", "雅可比矩阵"])
+def test_search_finds_chinese_terms(driver, server, term):
+    """Sphinx's English indexer keeps a run of Chinese characters as one term,
+    and its search matches query words of three or more characters inside
+    terms; so these terms find the Chinese sheet. (Two-character words would
+    need a Chinese word splitter: jieba with html_search_language = zh.)"""
+    import time
+    from urllib.parse import quote
+
+    _load(driver, f"{server}/search.html?q={quote(term)}")
+    found: list[str] = []
+    for _ in range(100):
+        found = [a.get_attribute("href") for a in
+                 driver.find_elements("css selector", "#search-results ul.search li a")]
+        if found:
+            break
+        time.sleep(0.1)
+    assert any("chapters/review_zh.html" in url for url in found), found
+
+
 def test_the_checks_can_fail(driver, tmp_path):
     """Negative control: a page that loads a script from another origin (a second
     loopback address) and logs an error is caught by the same checks."""
