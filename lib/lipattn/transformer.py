@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ._validate import as_int_at_least, as_real_array
+from .collapse import relative_residual
 from .layernorm import _ln
 from .softmax import softmax
 
@@ -452,6 +453,9 @@ def gradient_check(params: Any, X: Any, *, variant: str, seed: int = 0,
 def token_diversity(X: Any) -> np.ndarray:
     r"""Relative distance from rank one, :math:`\|X - \mathbf 1\bar x^\top\|_F/\|X\|_F`.
 
+    The relative residual of the rank-collapse chapter, under the name this
+    chapter uses: :func:`lipattn.collapse.relative_residual`.
+
     Parameters
     ----------
     X : array_like, shape (..., N, d)
@@ -463,7 +467,4 @@ def token_diversity(X: Any) -> np.ndarray:
         In [0, 1]: 0 when every token is the same, 1 when the mean token is 0.
         0 for an all-zero X.
     """
-    X = as_real_array(X, "X", min_ndim=2)
-    num = np.linalg.norm(X - X.mean(axis=-2, keepdims=True), axis=(-2, -1))
-    den = np.linalg.norm(X, axis=(-2, -1))
-    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+    return relative_residual(X)
