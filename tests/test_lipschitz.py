@@ -302,21 +302,21 @@ def _tiny_model(seed=0, layers=2, d=4):
     return params
 
 
-@pytest.mark.parametrize("variant", ["post", "pre"])
-def test_sublayer_constants_match_the_svd_of_finite_differences(variant):
+@pytest.mark.parametrize("variant,scale", [("post", 1.0), ("pre", 1.0), ("pre", 2.5)])
+def test_sublayer_constants_match_the_svd_of_finite_differences(variant, scale):
     """The exact constant of each layer's sublayer H -> A(H), from central
     differences of the model's own attention computation, and the formulas."""
     from lipattn.transformer import _attn_fwd
 
     params = _tiny_model()
     X = 2 * np.random.default_rng(3).standard_normal((3, 5, 4))
-    c = sublayer_constants(params, X, variant=variant, tol=1e-10)
+    c = sublayer_constants(params, X, variant=variant, input_scale=scale, tol=1e-10)
     assert c.exact.shape == c.bound.shape == c.card.shape == (2, 3)
     inputs = attention_inputs(params, X, variant=variant)
     for l_, (p, H) in enumerate(zip(params, inputs, strict=True)):
         Wv = p["W_V"] @ p["W_O"]
         assert c.value_norm[l_] == pytest.approx(np.linalg.norm(Wv, 2))
-        for b, h in enumerate(H):
+        for b, h in enumerate(scale * H):
             J = central_differences(lambda Z, p=p: _attn_fwd(Z, p)[0], h)
             assert c.exact[l_, b] == pytest.approx(np.linalg.norm(J, 2), rel=1e-6)
             assert c.bound[l_, b] >= c.exact[l_, b] * (1 - 1e-12)
@@ -356,6 +356,8 @@ def test_sublayer_constants_bad_input():
         sublayer_constants(params, X, variant="mid")
     with pytest.raises(ValueError, match="tol"):
         sublayer_constants(params, X, variant="pre", tol=-1.0)
+    with pytest.raises(ValueError, match="input_scale"):
+        sublayer_constants(params, X, variant="pre", input_scale=0.0)
     with pytest.raises(TypeError, match="params"):
         sublayer_constants("params", X, variant="pre")
 

@@ -764,7 +764,7 @@ class SublayerConstants:
     radius: np.ndarray
 
 
-def sublayer_constants(params: Any, X: Any, *, variant: str,
+def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float = 1.0,
                        tol: float = 1e-8) -> SublayerConstants:
     r"""Exact local constants of a single-head model's attention sublayers.
 
@@ -783,12 +783,16 @@ def sublayer_constants(params: Any, X: Any, *, variant: str,
     X : array_like, shape (B, N, d) or (N, d)
         The encoder's inputs (embedded tokens), one sequence per row of the batch.
     variant : {"post", "pre"}
+    input_scale : float, default 1
+        Measure at ``input_scale * H`` instead of H (> 0): how the constants of
+        the trained weights grow along the ray through the actual inputs.
     tol : float
         Relative tolerance of :func:`golub_kahan_norm`.
 
     Returns
     -------
     SublayerConstants
+        All fields at the (scaled) inputs.
     """
     from .transformer import attention_inputs, check_params
 
@@ -801,6 +805,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str,
             raise ValueError(f"params[{i}] must hold one model's weights (2-D matrices); "
                              f"got W_Q of shape {np.shape(p['W_Q'])}")
     tol = as_positive_float(tol, "tol")
+    input_scale = as_positive_float(input_scale, "input_scale")
     params = [{k: v if k == "heads" else np.asarray(v, dtype=float) for k, v in p.items()}
               for p in params]
     X = as_real_array(X, "X", min_ndim=2)
@@ -811,6 +816,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str,
     out = {k: np.zeros((L, B)) for k in ("exact", "bound", "card", "top_weight", "radius")}
     value_norm = np.zeros(L)
     for l_, (p, H) in enumerate(zip(params, H_all, strict=True)):
+        H = input_scale * H
         W_V = p["W_V"] @ p["W_O"]
         value_norm[l_] = np.linalg.norm(W_V, 2)
         P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
