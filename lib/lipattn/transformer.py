@@ -44,7 +44,7 @@ from .layernorm import _ln
 from .softmax import softmax
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
-           "residual_stream", "token_diversity", "check_params", "stack_params",
+           "residual_stream", "attention_inputs", "token_diversity", "check_params", "stack_params",
            "gradient_check"]
 
 #: The arrays of one layer: attention weights and output bias, FFN weights and
@@ -378,6 +378,28 @@ def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
     """
     X = _check(params, X, variant)
     return _forward(params, X, variant, keep=False)[2]
+
+
+def attention_inputs(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
+    r"""The input :math:`H` of each layer's attention sublayer.
+
+    For ``"pre"``, :math:`H = \mathrm{LN}_1(X_l)` (gain and bias included);
+    for ``"post"``, :math:`H = X_l`, the residual stream entering layer
+    :math:`l`. The sublayer then outputs
+    ``self_attention(H, W_Q, W_K, W_V @ W_O) + b_O`` when ``heads == 1``.
+
+    Parameters
+    ----------
+    params : list of dict
+    X : array_like, shape (..., N, d)
+    variant : {"post", "pre"}
+
+    Returns
+    -------
+    inputs : list of L ndarrays, shape (..., N, d)
+    """
+    X = _check(params, X, variant)
+    return [layer[0][0] for layer in _forward(params, X, variant)[1][0]]
 
 
 def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
