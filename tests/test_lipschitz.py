@@ -32,9 +32,11 @@ from lipattn.lipschitz import (
     local_lipschitz_bound,
     local_lipschitz_info,
     sink_tokens,
+    sublayer_constants,
     two_sided_tokens,
 )
 from lipattn.spectral import power_iteration, spectral_norm
+from lipattn.transformer import attention_inputs, init_params
 
 I2 = np.eye(2)
 SHAPES = [(1, 1, 1, 1), (3, 2, 2, 2), (5, 4, 3, 2), (7, 3, 5, 6)]
@@ -286,6 +288,78 @@ def test_l2_local_constant_below_kim_bound(kind, N, d, dk, log_scale, seed):
     X = _adversarial(kind, N, d, 10**log_scale, seed)
     Wq, Wv = rng.standard_normal((d, dk)), rng.standard_normal((d, 2))
     assert l2_local_lipschitz(X, Wq, Wv) <= kim_l2_bound(X.shape[0], Wq, Wv)
+
+
+# -- the attention sublayers of a Transformer ----------------------------------
+def _tiny_model(seed=0, layers=2, d=4):
+    params = init_params(layers, d, d_ff=6, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    for p in params:   # larger weights, so that the softmax term matters
+        for k in ("W_Q", "W_K"):
+            p[k] = 3 * p[k]
+        p["ln1_g"] = 1 + 0.3 * rng.standard_normal(d)
+        p["b_O"] = rng.standard_normal(d)
+    return params
+
+
+@pytest.mark.parametrize("variant,scale", [("post", 1.0), ("pre", 1.0), ("pre", 2.5)])
+def test_sublayer_constants_match_the_svd_of_finite_differences(variant, scale):
+    """The exact constant of each layer's sublayer H -> A(H), from central
+    differences of the model's own attention computation, and the formulas."""
+    from lipattn.transformer import _attn_fwd
+
+    params = _tiny_model()
+    X = 2 * np.random.default_rng(3).standard_normal((3, 5, 4))
+    c = sublayer_constants(params, X, variant=variant, input_scale=scale, tol=1e-10)
+    assert c.exact.shape == c.bound.shape == c.card.shape == (2, 3)
+    inputs = attention_inputs(params, X, variant=variant)
+    for l_, (p, H) in enumerate(zip(params, inputs, strict=True)):
+        Wv = p["W_V"] @ p["W_O"]
+        assert c.value_norm[l_] == pytest.approx(np.linalg.norm(Wv, 2))
+        for b, h in enumerate(scale * H):
+            J = central_differences(lambda Z, p=p: _attn_fwd(Z, p)[0], h)
+            assert c.exact[l_, b] == pytest.approx(np.linalg.norm(J, 2), rel=1e-6)
+            assert c.bound[l_, b] >= c.exact[l_, b] * (1 - 1e-12)
+            nq, nk = np.linalg.norm(p["W_Q"], 2), np.linalg.norm(p["W_K"], 2)
+            card = np.linalg.norm(Wv, 2) * (1 + nq * nk * np.linalg.norm(h, 2))
+            assert c.card[l_, b] == pytest.approx(card)    # 2/sqrt(d_k) = 1
+            assert c.radius[l_, b] == pytest.approx(np.linalg.norm(h, axis=1).max())
+    assert np.all((c.top_weight >= 1 / 5) & (c.top_weight <= 1))
+
+
+def test_sublayer_constants_of_a_permutation_attention_is_the_value_norm():
+    """Saturated attention on distinct keys: P is a permutation, J_i = 0, so the
+    constant is ||W_V W_O||_2 (the trained first layer of the chapter)."""
+    d = 4
+    p = _tiny_model(layers=1, d=d)[0]
+    p["W_Q"], p["W_K"] = 40 * np.eye(d), np.eye(d)   # logits 20 x_i.x_j
+    X = np.eye(d)[None] * 2                          # post-LN: H = X
+    c = sublayer_constants([p], X, variant="post")
+    assert c.top_weight[0, 0] == pytest.approx(1.0)
+    assert c.exact[0, 0] == pytest.approx(c.value_norm[0], rel=1e-8)
+
+
+def test_sublayer_constants_bad_input():
+    params = _tiny_model()
+    X = np.zeros((2, 3, 4))
+    with pytest.raises(ValueError, match="heads"):
+        sublayer_constants(init_params(1, 4, heads=2), X, variant="pre")
+    stacked = [{k: v if k == "heads" else np.stack([v, v]) for k, v in p.items()}
+               for p in params]
+    with pytest.raises(ValueError, match="2-D"):
+        sublayer_constants(stacked, X, variant="pre")
+    with pytest.raises(ValueError, match="X"):
+        sublayer_constants(params, np.zeros((2, 2, 3, 4)), variant="pre")
+    with pytest.raises(ValueError, match="X"):
+        sublayer_constants(params, np.full((3, 4), np.inf), variant="pre")
+    with pytest.raises(ValueError, match="variant"):
+        sublayer_constants(params, X, variant="mid")
+    with pytest.raises(ValueError, match="tol"):
+        sublayer_constants(params, X, variant="pre", tol=-1.0)
+    with pytest.raises(ValueError, match="input_scale"):
+        sublayer_constants(params, X, variant="pre", input_scale=0.0)
+    with pytest.raises(TypeError, match="params"):
+        sublayer_constants("params", X, variant="pre")
 
 
 # -- re-exports and bad input -------------------------------------------------

@@ -135,6 +135,44 @@ def test_residual_stream_and_token_diversity():
     assert T.token_diversity(Z - Z.mean(0)) == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("variant", ["post", "pre"])
+def test_attention_inputs_rebuild_every_layer_with_self_attention(variant):
+    """Each layer, rebuilt from its extracted attention input with lipattn.attention
+    (value matrix W_V W_O) and lipattn.layernorm, gives the next residual stream."""
+    params = _generic_params(layers=3, d=4, d_ff=6)
+    X = np.random.default_rng(4).standard_normal((2, 5, 4))
+    inputs = T.attention_inputs(params, X, variant=variant)
+    stream = T.residual_stream(params, X, variant=variant)
+    assert len(inputs) == 3
+
+    def ln(Z, g, b):
+        return g * layer_norm(Z) + b
+
+    for p, H, Xl, Xn in zip(params, inputs, stream[:-1], stream[1:], strict=True):
+        a = self_attention(H, p["W_Q"], p["W_K"], p["W_V"] @ p["W_O"]) + p["b_O"]
+        if variant == "pre":
+            np.testing.assert_allclose(H, ln(Xl, p["ln1_g"], p["ln1_b"]), atol=1e-12)
+            X1 = Xl + a
+            H2 = ln(X1, p["ln2_g"], p["ln2_b"])
+            want = X1 + np.maximum(H2 @ p["W_1"] + p["b_1"], 0) @ p["W_2"] + p["b_2"]
+        else:
+            np.testing.assert_array_equal(H, Xl)
+            X1 = ln(Xl + a, p["ln1_g"], p["ln1_b"])
+            F = np.maximum(X1 @ p["W_1"] + p["b_1"], 0) @ p["W_2"] + p["b_2"]
+            want = ln(X1 + F, p["ln2_g"], p["ln2_b"])
+        np.testing.assert_allclose(Xn, want, atol=1e-12)
+
+
+def test_attention_inputs_bad_input():
+    p = T.init_params(2, 4, seed=0)
+    with pytest.raises(ValueError, match="X"):
+        T.attention_inputs(p, np.zeros((3, 5)), variant="pre")
+    with pytest.raises(ValueError, match="variant"):
+        T.attention_inputs(p, np.zeros((3, 4)), variant="mid")
+    with pytest.raises(ValueError, match="X"):
+        T.attention_inputs(p, np.full((3, 4), np.nan), variant="post")
+
+
 def test_extreme_inputs_stay_finite():
     p = T.init_params(2, 4, seed=0)
     for scale in (1e-150, 1e6):

@@ -69,6 +69,23 @@ def test_figures_and_tables():
         viz.looseness_sample(0)
 
 
+def test_fig_trained_plots_medians_and_maxima_of_every_series():
+    from lipattn.lipschitz import sublayer_constants
+    from lipattn.transformer import init_params
+
+    params = init_params(3, 4, d_ff=6, seed=0)
+    X = np.random.default_rng(0).standard_normal((5, 6, 4))
+    const = {(v, s): sublayer_constants(params, X, variant=v)
+             for v in ("pre", "post") for s in ("init", "trained")}
+    fig = viz.fig_trained(const)
+    ax = fig.axes[0]
+    assert len(fig.axes) == 2 and len(ax.lines) == 2 * 2 * 3   # states x stats x series
+    c = const["pre", "init"]
+    ys = {tuple(np.round(line.get_ydata(), 12)) for line in ax.lines}
+    assert tuple(np.round(np.median(c.exact, axis=1), 12)) in ys
+    assert tuple(np.round(c.card.max(axis=1), 12)) in ys
+
+
 def test_explorer_frames_change_with_every_slider():
     ex = get_explorer("lipschitz-t")
     base = ex.render(t=4.0, N=16, config="two-sided")

@@ -79,12 +79,14 @@ __all__ = [
     "l2_attention_operator",
     "l2_local_lipschitz",
     "kim_l2_bound",
+    "SublayerConstants",
+    "sublayer_constants",
     "two_sided_tokens",
     "sink_tokens",
 ]
 
 #: ``method="auto"`` uses the dense SVD when ``N * max(d, d_v)`` is at most this.
-DENSE_MAX_SIDE = 400
+DENSE_MAX_SIDE = 96
 
 
 # --------------------------------------------------------------------------
@@ -396,7 +398,7 @@ def local_lipschitz(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto
         and :math:`O((Nd)^2)` memory. ``"lanczos"``: :func:`golub_kahan_norm`
         on :func:`attention_operator`, a few dozen products of
         :math:`O(N^2 d + N d^2)` each. ``"auto"``: dense when
-        ``N * max(d, d_v) <= 400``.
+        ``N * max(d, d_v) <= 96`` (measured crossover on 2 cores: about 100).
     tol : float
         Relative tolerance of the Lanczos path.
 
@@ -729,6 +731,103 @@ def kim_l2_bound(N: int, W_Q: Any, W_V: Any) -> float:
     w0 = float(lambertw(N / math.e).real)
     nq = float(np.linalg.norm(W_Q, 2))
     return math.sqrt(N / W_Q.shape[1]) * (4 * w0 + 1) * nq * nq * float(np.linalg.norm(W_V, 2))
+
+
+# --------------------------------------------------------------------------
+# the attention sublayers of a Transformer (lipattn.transformer)
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SublayerConstants:
+    """Local constants of every attention sublayer of a model, on a batch of inputs.
+
+    Attributes
+    ----------
+    exact, bound, card : ndarray, shape (L, B)
+        :func:`local_lipschitz`, :func:`local_lipschitz_bound` and
+        :func:`card_bound` (C = 1) of layer l's sublayer at its input for
+        sequence b, with value matrix :math:`W_V W_O`.
+    value_norm : ndarray, shape (L,)
+        :math:`\\|W_V W_O\\|_2`, the constant of the sublayer if P were frozen
+        at a permutation.
+    top_weight : ndarray, shape (L, B)
+        Mean over queries of :math:`\\max_j P_{ij}`: 1 when every query puts all
+        its weight on one key, 1/N for uniform attention.
+    radius : ndarray, shape (L, B)
+        Largest token norm :math:`\\max_i \\|h_i\\|` of the sublayer's input.
+    """
+
+    exact: np.ndarray
+    bound: np.ndarray
+    card: np.ndarray
+    value_norm: np.ndarray
+    top_weight: np.ndarray
+    radius: np.ndarray
+
+
+def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float = 1.0,
+                       tol: float = 1e-8) -> SublayerConstants:
+    r"""Exact local constants of a single-head model's attention sublayers.
+
+    Layer l's sublayer maps its input H (:func:`lipattn.transformer.attention_inputs`:
+    after :math:`\mathrm{LN}_1` in Pre-LN, the residual stream in Post-LN) to
+    :math:`\operatorname{softmax}(H W_Q (H W_K)^\top/\sqrt{d_k})\, H W_V W_O + b_O`,
+    which is the chapter's f with value matrix :math:`W_V W_O` (the bias does not
+    change the Jacobian). The constant is w.r.t. H, not w.r.t. the layer's input.
+    Computed in float64 with the matrix-free method.
+
+    Parameters
+    ----------
+    params : list of dict
+        A :mod:`lipattn.transformer` model without run axes, ``heads == 1`` in
+        every layer (with h heads the sublayer is a sum of h such maps).
+    X : array_like, shape (B, N, d) or (N, d)
+        The encoder's inputs (embedded tokens), one sequence per row of the batch.
+    variant : {"post", "pre"}
+    input_scale : float, default 1
+        Measure at ``input_scale * H`` instead of H (> 0): how the constants of
+        the trained weights grow along the ray through the actual inputs.
+    tol : float
+        Relative tolerance of :func:`golub_kahan_norm`.
+
+    Returns
+    -------
+    SublayerConstants
+        All fields at the (scaled) inputs.
+    """
+    from .transformer import attention_inputs, check_params
+
+    check_params(params)
+    for i, p in enumerate(params):
+        if p["heads"] != 1:
+            raise ValueError(f"params[{i}]['heads'] must be 1 (single-head layers); "
+                             f"got {p['heads']!r}")
+        if np.ndim(p["W_Q"]) != 2:
+            raise ValueError(f"params[{i}] must hold one model's weights (2-D matrices); "
+                             f"got W_Q of shape {np.shape(p['W_Q'])}")
+    tol = as_positive_float(tol, "tol")
+    input_scale = as_positive_float(input_scale, "input_scale")
+    params = [{k: v if k == "heads" else np.asarray(v, dtype=float) for k, v in p.items()}
+              for p in params]
+    X = as_real_array(X, "X", min_ndim=2)
+    if X.ndim not in (2, 3):
+        raise ValueError(f"X must have shape (B, N, d) or (N, d); got shape {X.shape}")
+    H_all = attention_inputs(params, X.reshape((-1, *X.shape[-2:])), variant=variant)
+    L, B = len(params), H_all[0].shape[0]
+    out = {k: np.zeros((L, B)) for k in ("exact", "bound", "card", "top_weight", "radius")}
+    value_norm = np.zeros(L)
+    for l_, (p, H) in enumerate(zip(params, H_all, strict=True)):
+        H = input_scale * H
+        W_V = p["W_V"] @ p["W_O"]
+        value_norm[l_] = np.linalg.norm(W_V, 2)
+        P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
+        out["top_weight"][l_] = P.max(axis=-1).mean(axis=-1)
+        out["radius"][l_] = np.linalg.norm(H, axis=-1).max(axis=-1)
+        for b, h in enumerate(H):
+            out["exact"][l_, b] = local_lipschitz(h, p["W_Q"], p["W_K"], W_V,
+                                                  method="lanczos", tol=tol)
+            out["bound"][l_, b] = local_lipschitz_bound(h, p["W_Q"], p["W_K"], W_V)
+            out["card"][l_, b] = card_bound(h, p["W_Q"], p["W_K"], W_V)
+    return SublayerConstants(value_norm=value_norm, **out)
 
 
 # --------------------------------------------------------------------------

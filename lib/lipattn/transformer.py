@@ -39,11 +39,12 @@ from typing import Any
 import numpy as np
 
 from ._validate import as_int_at_least, as_real_array
+from .collapse import relative_residual
 from .layernorm import _ln
 from .softmax import softmax
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
-           "residual_stream", "token_diversity", "check_params", "stack_params",
+           "residual_stream", "attention_inputs", "token_diversity", "check_params", "stack_params",
            "gradient_check"]
 
 #: The arrays of one layer: attention weights and output bias, FFN weights and
@@ -379,6 +380,28 @@ def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
     return _forward(params, X, variant, keep=False)[2]
 
 
+def attention_inputs(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
+    r"""The input :math:`H` of each layer's attention sublayer.
+
+    For ``"pre"``, :math:`H = \mathrm{LN}_1(X_l)` (gain and bias included);
+    for ``"post"``, :math:`H = X_l`, the residual stream entering layer
+    :math:`l`. The sublayer then outputs
+    ``self_attention(H, W_Q, W_K, W_V @ W_O) + b_O`` when ``heads == 1``.
+
+    Parameters
+    ----------
+    params : list of dict
+    X : array_like, shape (..., N, d)
+    variant : {"post", "pre"}
+
+    Returns
+    -------
+    inputs : list of L ndarrays, shape (..., N, d)
+    """
+    X = _check(params, X, variant)
+    return [layer[0][0] for layer in _forward(params, X, variant)[1][0]]
+
+
 def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
     """Stack several models' params along a new leading "run" axis.
 
@@ -452,6 +475,9 @@ def gradient_check(params: Any, X: Any, *, variant: str, seed: int = 0,
 def token_diversity(X: Any) -> np.ndarray:
     r"""Relative distance from rank one, :math:`\|X - \mathbf 1\bar x^\top\|_F/\|X\|_F`.
 
+    The relative residual of the rank-collapse chapter, under the name this
+    chapter uses: :func:`lipattn.collapse.relative_residual`.
+
     Parameters
     ----------
     X : array_like, shape (..., N, d)
@@ -463,7 +489,4 @@ def token_diversity(X: Any) -> np.ndarray:
         In [0, 1]: 0 when every token is the same, 1 when the mean token is 0.
         0 for an all-zero X.
     """
-    X = as_real_array(X, "X", min_ndim=2)
-    num = np.linalg.norm(X - X.mean(axis=-2, keepdims=True), axis=(-2, -1))
-    den = np.linalg.norm(X, axis=(-2, -1))
-    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+    return relative_residual(X)

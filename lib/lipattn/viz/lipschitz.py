@@ -23,6 +23,7 @@ from .. import plotting
 from .._validate import as_int_at_least, as_positive_float
 from ..attention import attention_matrix
 from ..lipschitz import (
+    SublayerConstants,
     card_bound,
     kim_l2_bound,
     l2_local_lipschitz,
@@ -45,6 +46,7 @@ __all__ = [
     "fig_sqrt_n",
     "looseness_sample",
     "fig_looseness",
+    "fig_trained",
     "LipschitzExplorer",
     "cost_table",
     "cost_html",
@@ -228,6 +230,44 @@ def fig_looseness(ratios: dict) -> Figure:
     ax.set_xlabel("bound / exact local constant (log axis; never below 1)")
     ax.set_ylabel("inputs")
     ax.legend(fontsize=8.5)
+    return fig
+
+
+_VARIANT_NAMES = {"pre": "Pre-LN", "post": "Post-LN"}
+
+
+def fig_trained(const: dict) -> Figure:
+    """Per-layer constants of a trained model's attention sublayers.
+
+    Parameters
+    ----------
+    const : dict
+        ``const[variant, state]`` is a :class:`~lipattn.lipschitz.SublayerConstants`
+        for ``variant`` in ``("pre", "post")`` and ``state`` in
+        ``("init", "trained")``. Lines: medians over the batch; triangles: maxima.
+    """
+    fig, axes = plotting.figure(2, width=8.4, height=3.9, sharey=True)
+    series = (("card", "card formula, C = 1", "C3"), ("bound", "proved bound", "C2"),
+              ("exact", "exact", "C0"))
+    top = max(float(getattr(c, k).max()) for c in const.values() for k in ("card", "bound"))
+    for ax, v in zip(axes, ("pre", "post"), strict=True):
+        for state, ls, mk in (("init", ":", "o"), ("trained", "-", "s")):
+            c: SublayerConstants = const[v, state]
+            layers = np.arange(1, c.exact.shape[0] + 1)
+            for key, label, color in series:
+                vals = getattr(c, key)
+                ax.plot(layers, np.median(vals, axis=1), ls=ls, marker=mk, ms=4,
+                        color=color, label=f"{label}, {state} (median)")
+                ax.plot(layers, vals.max(axis=1), ls="none", marker="^", ms=4,
+                        color=color, alpha=0.45 if state == "init" else 1.0)
+        ax.set_yscale("log")
+        ax.set_ylim(1.0, 1.3 * top)
+        ax.set_xticks(layers)
+        ax.set_xlabel("layer")
+        ax.set_title(f"{_VARIANT_NAMES[v]} (lr = 1e-2), 16 sequences")
+    axes[0].set_ylabel("local constant (log; ▲ = max)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=8)
     return fig
 
 
