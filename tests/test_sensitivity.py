@@ -92,3 +92,15 @@ def test_bad_inputs():
         se.input_sensitivity((1,), 6, variant="none")
     with pytest.raises((TypeError, ValueError)):
         se.scale_branches("params", 1.0)
+
+
+def test_figure_draws_every_series():
+    from lipattn.viz.sensitivity import fig_sensitivity
+
+    kw = {"seeds": 2, "n_tokens": 3}
+    scan = {v: se.input_sensitivity((1, 2), 6, variant=v, **kw) for v in ("post", "pre")}
+    scan["pre_scaled"] = se.input_sensitivity((2,), 6, variant="pre", alpha=0.5, **kw)
+    ax1, ax2 = fig_sensitivity(scan).axes
+    assert len(ax1.lines) == 4 and len(ax2.lines) == 4  # 3 curves and the line at 1
+    bound = ax1.lines[0].get_ydata()  # Post-LN's product, median over seeds
+    assert np.allclose(bound, np.median(scan["post"].product, axis=1))
