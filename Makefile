@@ -46,6 +46,10 @@ browser-deps:
 	  echo "Installing chromium and chromium-driver with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	fi
+	@if [ -z "$$(fc-list :lang=zh 2>/dev/null)" ]; then \
+	  echo "Installing a CJK font (fonts-noto-cjk) for the Chinese review sheet"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-cjk; \
+	fi
 
 browser: $(STAMP) browser-deps
 	$(BIN)/python -m pytest -m "book or browser" tests

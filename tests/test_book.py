@@ -13,6 +13,7 @@ PAGES = ["chapters/intro.html", "chapters/01_softmax_jacobian.html",
          "chapters/02_scaling_saturation.html", "chapters/03_rank_collapse.html",
          "chapters/04_prenorm_postnorm.html",
          "chapters/05_spectral_normalisation.html", "chapters/06_attention_lipschitz.html",
+         "chapters/audit.html", "chapters/review.html", "chapters/review_zh.html",
          "chapters/references.html"]
 MAX_PAGE_BYTES = 3 * 1024 * 1024
 
@@ -89,3 +90,18 @@ def test_whole_site_stays_small(built_html):
     pages = list((built_html / "chapters").glob("*.html"))
     total = sum(f.stat().st_size for f in files)
     assert total <= MAX_SHARED_BYTES + MAX_PAGE_BYTES * len(pages), f"{total / 1e6:.1f} MB"
+
+
+def test_audit_and_review_sheets(built_html):
+    """The audit has a section per claim; both sheets carry the combined quiz;
+    the Chinese sheet declares its language and holds Chinese text."""
+    audit = _page(built_html, "chapters/audit.html")
+    assert len(set(re.findall(r'id="audit-claim-(\d)"', audit))) == 8
+    assert audit.count("<tr") >= 9  # the verdict table: header + 8 claims
+    en = _page(built_html, "chapters/review.html")
+    zh = _page(built_html, "chapters/review_zh.html")
+    assert '<html lang="zh-Hans"' in zh and '<html lang="en"' in en
+    for term in ("谱范数", "雅可比矩阵", "秩崩溃", "综合自测", "第 1 题"):
+        assert term in zh, term
+    for page in (en, zh):
+        assert page.count('class="lq-q"') == 6

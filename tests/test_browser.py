@@ -26,6 +26,9 @@ PAGES = {  # page -> least number of explorers on it
     "chapters/06_attention_lipschitz.html": 1,
     "chapters/05_spectral_normalisation.html": 2,
     "chapters/04_prenorm_postnorm.html": 2,
+    "chapters/audit.html": 0,
+    "chapters/review.html": 0,
+    "chapters/review_zh.html": 0,
     "chapters/references.html": 0,
 }
 
@@ -183,6 +186,62 @@ def test_page_in_chromium(driver, server, built_html, page):
     shots.mkdir(exist_ok=True)
     driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(str(shots / (Path(page).stem + ".png")))
+
+
+_GLYPH_JS = """
+const text = arguments[0], font = getComputedStyle(document.querySelector('main p')).font;
+function ink(s) {
+  const c = document.createElement('canvas'); c.width = 64; c.height = 64;
+  const g = c.getContext('2d'); g.font = font.replace(/\\d+(\\.\\d+)?px/, '40px');
+  g.fillText(s, 4, 48); return Array.from(g.getImageData(0, 0, 64, 64).data).join(',');
+}
+const missing = ink('\\u0378');   // an unassigned code point: no font has it
+return Array.from(text).map(ch => ink(ch) !== missing);
+"""
+
+
+def test_chinese_sheet_renders_cjk_glyphs(driver, server):
+    """The Chinese page's text is drawn with real glyphs, not the missing-glyph
+    box: each character's pixels differ from those of an unassigned code point
+    (identical if no installed font has CJK glyphs)."""
+    _load(driver, f"{server}/chapters/review_zh.html")
+    assert driver.execute_script("return document.documentElement.lang") == "zh-Hans"
+    text = driver.execute_script("return document.querySelector('main').innerText")
+    for term in ("谱范数", "雅可比矩阵", "秩崩溃", "复习提纲"):
+        assert term in text, term
+    drawn = driver.execute_script(_GLYPH_JS, "谱范数雅可比矩阵秩崩溃")
+    assert all(drawn), drawn
+    assert driver.execute_script(_GLYPH_JS, "\u0379") == [False]  # the control: unassigned too
+
+
+def test_audit_table_fits_the_column(driver, server):
+    """The verdict table wraps inside the text column: no horizontal scroll bar."""
+    _load(driver, f"{server}/chapters/audit.html")
+    widths = driver.execute_script(
+        "return Array.from(document.querySelectorAll('main table')).map(t => {"
+        "  const box = t.closest('.pst-scrollable-table-container') || t.parentElement;"
+        "  return [box.scrollWidth, box.clientWidth]; })")
+    assert len(widths) == 1 and widths[0][0] <= widths[0][1] + 2, widths
+
+
+@pytest.mark.parametrize("term", ["谱范数", "秩崩溃", "雅可比矩阵"])
+def test_search_finds_chinese_terms(driver, server, term):
+    """Sphinx's English indexer keeps a run of Chinese characters as one term,
+    and its search matches query words of three or more characters inside
+    terms; so these terms find the Chinese sheet. (Two-character words would
+    need a Chinese word splitter: jieba with html_search_language = zh.)"""
+    import time
+    from urllib.parse import quote
+
+    _load(driver, f"{server}/search.html?q={quote(term)}")
+    found: list[str] = []
+    for _ in range(100):
+        found = [a.get_attribute("href") for a in
+                 driver.find_elements("css selector", "#search-results ul.search li a")]
+        if found:
+            break
+        time.sleep(0.1)
+    assert any("chapters/review_zh.html" in url for url in found), found
 
 
 def test_the_checks_can_fail(driver, tmp_path):

@@ -99,3 +99,22 @@ def test_mathjax_subset_copies_only_what_pages_load(tmp_path: Path):
     (root / "stale.js").write_text("x")
     mathjax_subset(source, tmp_path / "static")
     assert not (root / "stale.js").exists()
+
+
+def test_pages_can_declare_their_own_language(tmp_path: Path):
+    """lipattn_page_languages sets <html lang> on the pages it names only."""
+    src = tmp_path / "book"
+    src.mkdir()
+    (src / "conf.py").write_text(textwrap.dedent("""
+        extensions = ["myst_nb", "lipattn.sphinxext"]
+        lipattn_watch = []
+        exclude_patterns = ["_build"]
+        lipattn_page_languages = {"page": "zh-Hans"}
+    """))
+    (src / "index.rst").write_text("Index\n=====\n\n.. toctree::\n\n   page\n")
+    (src / "page.rst").write_text("页面\n====\n\n谱范数。\n")
+    out = src / "_build" / "html"
+    page = _build(src, out)
+    assert '<html lang="zh-Hans"' in page
+    index = (out / "index.html").read_text()
+    assert '<html lang="en"' in index

@@ -27,9 +27,9 @@ __all__ = ["Option", "Question", "Quiz", "LANGUAGES"]
 #: The interface strings of a quiz, per language code.
 LANGUAGES: dict[str, dict[str, str]] = {
     "en": {"intro": "Choose an answer to see whether it is right, and why.",
-           "right": "Right.", "wrong": "Not quite.", "q": "Q", "title": "Self-check"},
+           "right": "Right.", "wrong": "Not quite.", "q": "Q", "title": "Self-check", "stop": ". "},
     "zh": {"intro": "选择一个答案，查看它是否正确以及原因。",
-           "right": "正确。", "wrong": "不对。", "q": "第 {n} 题：", "title": "自测"},
+           "right": "正确。", "wrong": "不对。", "q": "第 {n} 题：", "title": "自测", "stop": "："},
 }
 
 _COUNTER = itertools.count()
@@ -162,7 +162,7 @@ class Quiz:
         parts = [f"<style>{_CSS}</style>",
                  # MyST pages only typeset elements of these classes
                  f'<div class="lipattn-quiz tex2jax_process mathjax_process" lang="{self.lang}">'
-                 f"<p><b>{html.escape(self.title)}.</b> {words['intro']}</p>"]
+                 f"<p><b>{html.escape(self.title)}{words['stop']}</b>{words['intro']}</p>"]
         for qi, q in enumerate(self.questions, start=1):
             group = f"lq{uid}-{qi}"
             number = (words["q"].format(n=qi) if "{n}" in words["q"]

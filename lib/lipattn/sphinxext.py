@@ -28,6 +28,10 @@ It does two things that ``_config.yml`` alone cannot:
    (``*.map``, read only by a browser's developer tools) and gettext
    catalogues (``_static/locales``, used when Sphinx builds, not by pages);
    together about 4 MB, they are removed from the built site.
+6. **A page's own language.** Sphinx sets one ``<html lang>`` for the whole
+   site. Pages named in ``lipattn_page_languages`` (docname -> BCP 47 tag, e.g.
+   ``chapters/review_zh: zh-Hans``) get their own, so browsers pick fonts,
+   line breaking and hyphenation for that language.
 """
 
 from __future__ import annotations
@@ -171,6 +175,13 @@ def _prune_site(app: Any, exception: Exception | None) -> None:
     shutil.rmtree(static / "locales", ignore_errors=True)
 
 
+def _page_language(app: Any, pagename: str, templatename: str, context: dict,
+                   doctree: Any) -> None:
+    lang = app.config.lipattn_page_languages.get(pagename)
+    if lang:
+        context["language"] = lang  # the theme's <html lang="{{ language }}">
+
+
 def setup(app: Any) -> dict[str, Any]:
     """Register the extension with Sphinx."""
     app.add_config_value("lipattn_watch", ["lib", "requirements.txt"], "env")
@@ -180,4 +191,6 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("html-page-context", _drop_widget_state, priority=400)
     app.connect("build-finished", _write_root_favicon)
     app.connect("build-finished", _prune_site)
+    app.add_config_value("lipattn_page_languages", {}, "html")
+    app.connect("html-page-context", _page_language)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -1,0 +1,359 @@
+r"""The card's claims, audited: one data structure for the audit and the review sheets.
+
+The interview card behind this book makes eight claims. :data:`CLAIMS` holds,
+for each, the card's wording, the verdict on each of its parts, the correct
+statement, the chapter and theorem that settle it, and the one-line "trap"
+of the review sheets (in English and Chinese). The audit page renders its
+table (:func:`verdict_table`) and the box at the head of each section
+(:func:`claim_box`) from it, and the review sheets render their list of
+traps (:func:`traps`) from it, so none of them can disagree with another.
+The English review sheet reads each chapter's interview answer from the
+chapter itself (:func:`interview_answer`) instead of repeating it.
+
+Rendered text is MyST Markdown (``$...$`` math, ``{prf:ref}``, ``{doc}`` and
+``{ref}`` roles), meant for myst-nb's ``{glue:md}`` with ``:format: myst``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["VERDICTS", "Part", "Claim", "CLAIMS", "claim", "verdict_table",
+           "claim_box", "traps", "section_label", "interview_answer"]
+
+#: The verdicts, from best to worst.
+VERDICTS: tuple[str, ...] = ("true", "true but loose", "imprecise", "false", "ill-posed")
+
+#: Verdict words in the review sheets' languages.
+_VERDICT_WORDS = {
+    "en": {v: v for v in VERDICTS},
+    "zh": {"true": "正确", "true but loose": "正确但宽松", "imprecise": "不精确",
+           "false": "错误", "ill-posed": "提法不当"},
+}
+
+
+@dataclass(frozen=True)
+class Part:
+    """One checkable part of a claim and its verdict.
+
+    Attributes
+    ----------
+    says : str
+        The part, as the card says it (MyST Markdown).
+    verdict : str
+        One of :data:`VERDICTS`.
+    """
+
+    says: str
+    verdict: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
+        if not isinstance(self.says, str) or not self.says.strip():
+            raise ValueError("says must be a non-empty string")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the card.
+
+    Attributes
+    ----------
+    number : int
+        1 to 8, the card's order.
+    topic : str
+        A short title, used as the heading of the claim's section.
+    parts : tuple of Part
+        The claim, split where its parts get different verdicts.
+    correct : str
+        The correct statement (MyST Markdown), shown in the claim's box.
+    short : str
+        The correct statement in a few words, for the table.
+    chapter : str
+        The document that settles it, e.g. ``"01_softmax_jacobian"``.
+    refs : tuple of str
+        ``prf`` labels in that chapter (may be empty).
+    trap : dict
+        The one-line trap of the review sheets, ``{"en": ..., "zh": ...}``.
+    """
+
+    number: int
+    topic: str
+    parts: tuple[Part, ...]
+    correct: str
+    short: str
+    chapter: str
+    refs: tuple[str, ...]
+    trap: dict[str, str]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError(f"claim {self.number}: parts must not be empty")
+        missing = set(_VERDICT_WORDS) - set(self.trap)
+        if missing:
+            raise ValueError(f"claim {self.number}: trap must have languages {sorted(missing)}")
+
+    @property
+    def says(self) -> str:
+        """The whole claim as the card says it."""
+        return " ".join(p.says for p in self.parts)
+
+    @property
+    def verdicts(self) -> tuple[str, ...]:
+        """The verdicts of the parts, in order."""
+        return tuple(p.verdict for p in self.parts)
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        1, "The norm of the softmax Jacobian",
+        (Part(r"The spectral norm of the softmax Jacobian $\diag(p) - pp^\top$ is bounded by 1.",
+              "true but loose"),),
+        r"$\|J(z)\|_2 \le \frac12$ for every $z$; the supremum $\frac12$ is attained for two "
+        r"equal logits and approached for $n \ge 3$ when two logits tie at the top.",
+        r"$\|J\|_2 \le \frac12$, and $\frac12$ is sharp.",
+        "01_softmax_jacobian", ("thm-tight",),
+        {"en": r"$\|\diag(p) - pp^\top\|_2 \le 1$ is true but loose: the sharp bound is "
+               r"$\frac12$ (a variance of values in $[\min v, \max v]$, Popoviciu).",
+         "zh": r"$\|\diag(p) - pp^\top\|_2 \le 1$ 成立但偏松：最优界是 $\frac12$"
+               r"（方差的 Popoviciu 不等式）。"},
+    ),
+    Claim(
+        2, "The Lipschitz constant of the softmax",
+        (Part(r"The softmax's Lipschitz constant is exactly 1 in $\ell_\infty$", "false"),
+         Part(r"and at most $\sqrt N$ in $\ell_2$.", "true but loose")),
+        r"The best constant is $\frac12$ in both $\ell_2$ and $\ell_\infty$, for every $N$; "
+        r"$\frac{1}{2\tau}$ with temperature $\tau$.",
+        r"$\frac12$ in $\ell_2$ and in $\ell_\infty$, for every $N$.",
+        "01_softmax_jacobian", ("thm-softmax-lipschitz",),
+        {"en": r"The softmax is $\frac12$-Lipschitz in $\ell_2$ and $\ell_\infty$: not "
+               r"“exactly 1”, and no $\sqrt N$.",
+         "zh": r"softmax 在 $\ell_2$ 与 $\ell_\infty$ 下的 Lipschitz 常数都是 $\frac12$："
+               r"不是“恰好为 1”，也没有 $\sqrt N$ 因子。"},
+    ),
+    Claim(
+        3, "The $1/\\sqrt d$ scaling and saturation",
+        (Part(r"Without the $1/\sqrt d$ scaling, the softmax input's variance grows with $d$,",
+              "true"),
+         Part(r"so the Jacobian saturates rapidly towards 0 (vanishing gradients).",
+              "imprecise")),
+        r"$\Var(q \cdot k) = d_k$ exactly. Typical queries saturate, but only polynomially: "
+        r"$\mathbb E\|J\|_2 = \Theta(1/\sigma)$, about $d_k^{-1/2}$, held up by near-ties. "
+        r"The logit gradient shrinks, and so does the query gradient of most queries; "
+        r"a few near-tie queries get large ones, so the $W_Q$ gradient stays of order 1 "
+        r"on average, heavy-tailed.",
+        r"Variance $d_k$; saturation like $1/\sigma$, not exponential; the $W_Q$ gradient "
+        r"vanishes for typical queries only.",
+        "02_scaling_saturation", ("thm-dot-moments", "thm-n-key"),
+        {"en": r"Without $1/\sqrt{d_k}$, saturation is polynomial ($\Theta(1/\sigma)$), not "
+               r"exponential; the $W_Q$ gradient vanishes for most queries but not on average.",
+         "zh": r"不除以 $\sqrt{d_k}$ 时，饱和是多项式速度（$\Theta(1/\sigma)$）而非指数速度；"
+               r"$W_Q$ 的梯度对多数 query 消失，但平均值并不消失。"},
+    ),
+    Claim(
+        4, "Rank collapse without residual connections",
+        (Part(r"Without residual connections, a stack of pure self-attention layers makes all "
+              r"token vectors converge exponentially to one vector (rank collapse).",
+              "imprecise"),),
+        r"Near collapse one layer cubes the residual, "
+        r"$\|\mathrm{res}\, f(X)\|_F \le c\,\|\mathrm{res}\, X\|_F^3$: the convergence is "
+        r"doubly exponential, once $c\|\mathrm{res}\|_F^2 < 1$. Large weights can hold the "
+        r"tokens apart for several layers first; plain skips only slow the relative "
+        r"residual to a geometric decay.",
+        r"Doubly exponential near collapse (the residual is cubed per layer), and only under "
+        r"conditions.",
+        "03_rank_collapse", ("thm-cubic", "cor-unroll"),
+        {"en": r"Pure attention collapses *doubly* exponentially near collapse "
+               r"(residual cubed per layer), and only conditionally; skips alone do not stop it.",
+         "zh": r"纯注意力堆叠在接近崩溃时是*双指数*收敛（每层残差被立方），且有前提条件；"
+               r"仅靠跳连并不能阻止秩崩溃。"},
+    ),
+    Claim(
+        5, "Pre-LN gradients and warm-up",
+        (Part(r"Pre-LN provides a constant gradient norm at initialisation,", "false"),
+         Part(r"so it trains stably without warm-up.", "imprecise")),
+        r"Xiong et al. bound the *last* layer's gradient: of order $d\sqrt{\ln d}$ for "
+        r"Post-LN and $d\sqrt{\ln d/L}$ for Pre-LN. Across layers Pre-LN's gradients fall "
+        r"towards the output. Adam's first step has the same relative size everywhere; "
+        r"Post-LN fails without warm-up because it amplifies parameter changes with depth.",
+        r"Pre-LN gradients fall towards the output; the last layer scales like $L^{-1/2}$; "
+        r"warm-up tames amplification.",
+        "04_prenorm_postnorm", ("def-variants",),
+        {"en": r"Pre-LN's gradient norms are not constant across layers; the theorem is "
+               r"about the last layer ($\propto L^{-1/2}$), and warm-up is about amplification.",
+         "zh": r"Pre-LN 各层梯度范数并不恒定；定理只涉及最后一层（$\propto L^{-1/2}$），"
+               r"而 warm-up 的作用在于放大效应。"},
+    ),
+    Claim(
+        6, "Spectral normalisation",
+        (Part(r"Spectral normalisation by power iteration constrains $\sigma_{\max}(W) \le 1$.",
+              "false"),),
+        r"Power iteration's estimate never exceeds $\sigma_1$, so "
+        r"$\|W/\hat\sigma\|_2 = \sigma_1/\hat\sigma \ge 1$: the constraint is approached from "
+        r"above. Its error falls like $(\sigma_2/\sigma_1)^{4k}$.",
+        r"$\|W/\hat\sigma\|_2 \ge 1$: the constraint is approached from above.",
+        "05_spectral_normalisation", ("thm-lower-bound", "thm-rate"),
+        {"en": r"Spectral normalisation gives $\|W/\hat\sigma\|_2 \ge 1$, not $\le 1$: "
+               r"power iteration underestimates $\sigma_1$.",
+         "zh": r"谱归一化得到的是 $\|W/\hat\sigma\|_2 \ge 1$ 而非 $\le 1$："
+               r"幂迭代总是低估 $\sigma_1$。"},
+    ),
+    Claim(
+        7, "The Lipschitz constant of self-attention",
+        (Part(r"Self-attention satisfies $L_{\text{attn}} \le C\|W_V\|_2\bigl(1 + {}$"
+              r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$.", "false"),
+         Part(r"Spectral normalisation together with $1/\sqrt d$ scaling is the *necessary and "
+              r"sufficient* guarantee against gradient explosion and rank collapse in deep "
+              r"Transformers.", "ill-posed")),
+        r"Dot-product attention has no global Lipschitz constant; its local constant grows "
+        r"like the square of the input scale, so no formula linear in $\|X\|_2$ holds for any "
+        r"$C$. On tokens of norm $\le R$: "
+        r"$L \le \|W_V\|_2(\min(\sqrt N, e^{aR^2}) + aR^2(1 + \sqrt{N/2}))$, "
+        r"$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$. “Necessary and sufficient” is proved nowhere.",
+        r"No global constant; it grows like $\|X\|^2$, on a ball of radius $R$ like $R^2$.",
+        "06_attention_lipschitz", ("thm-t-squared", "thm-local-bound"),
+        {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: it grows "
+               r"like $\|X\|^2$; “necessary and sufficient” is an empty phrase.",
+         "zh": r"任何关于 $\|X\|$ 线性的公式都不能界住注意力的 Lipschitz 常数："
+               r"它按 $\|X\|^2$ 增长；“充分必要”一说没有依据。"},
+    ),
+    Claim(
+        8, "Depth, residual scaling and LayerNorm",
+        (Part(r"Without Lipschitz control, tiny input errors diverge exponentially through "
+              r"hundreds of layers.", "ill-posed"),
+         Part(r"The Lipschitz bound is the theoretical basis for residual scaling and "
+              r"LayerNorm.", "imprecise")),
+        r"A product of per-layer constants bounds the growth and can be exponentially loose; "
+        r"at initialisation neither Pre-LN nor Post-LN stacks amplify input perturbations "
+        r"exponentially. Residual scaling keeps each factor $I + \alpha\,\partial f$ near 1, "
+        r"and LayerNorm's Jacobian has norm $1/\sqrt{\operatorname{var} + \varepsilon}$, "
+        r"globally $1/\sqrt\varepsilon$; both are argued from signal propagation, rank "
+        r"collapse and the sensitivity to *parameter* changes, not from an input-Lipschitz bound.",
+        r"The product bound is loose; measured perturbations do not grow exponentially; LayerNorm "
+        r"is $1/\sqrt\varepsilon$-Lipschitz.",
+        "04_prenorm_postnorm", ("thm-ln-jacobian", "cor-ln-lipschitz"),
+        {"en": r"A product of per-layer Lipschitz constants is a bound, not a rate: "
+               r"measured perturbations do not grow exponentially at initialisation, and "
+               r"LayerNorm is $1/\sqrt\varepsilon$-Lipschitz, not 1-Lipschitz.",
+         "zh": r"逐层 Lipschitz 常数之积只是上界而非实际增长率：初始化时实测的扰动并不指数增长；"
+               r"LayerNorm 的全局常数是 $1/\sqrt\varepsilon$，而不是 1。"},
+    ),
+)
+
+
+def claim(number: int) -> Claim:
+    """The claim with this number (1 to 8)."""
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise TypeError(f"number must be an int; got {type(number).__name__}")
+    for c in CLAIMS:
+        if c.number == number:
+            return c
+    raise ValueError(f"number must be one of {[c.number for c in CLAIMS]}; got {number}")
+
+
+def section_label(number: int) -> str:
+    """The MyST label of a claim's section on the audit page."""
+    return f"audit-claim-{claim(number).number}"
+
+
+def _settled_by(c: Claim, short: bool = False) -> str:
+    refs = ", ".join(f"{{prf:ref}}`{r}`" for r in c.refs)
+    text = f"Ch. {int(c.chapter[:2])} <{c.chapter}>" if short else c.chapter
+    link = f"{{doc}}`{text}`"
+    return f"{link}: {refs}" if refs else link
+
+
+def _says(c: Claim) -> str:
+    if len(c.parts) == 1:
+        return c.parts[0].says
+    return " ".join(f"({i}) {p.says}" for i, p in enumerate(c.parts, 1))
+
+
+def _verdict_words(c: Claim, lang: str = "en") -> str:
+    words = _VERDICT_WORDS[lang]
+    if len(c.parts) == 1:
+        return f"**{words[c.parts[0].verdict]}**"
+    return "; ".join(f"**{words[p.verdict]}** ({i})" for i, p in enumerate(c.parts, 1))
+
+
+def verdict_table(claims: tuple[Claim, ...] = CLAIMS) -> str:
+    """The audit's table, one row per claim (a MyST ``list-table``).
+
+    Columns: what the card says (led by the claim's number, a link to its
+    section), the verdict, and the correct statement in short with the
+    chapter and theorems that settle it. A claim with several parts numbers
+    them in the claim and in the verdict.
+    """
+    if not claims or not all(isinstance(c, Claim) for c in claims):
+        raise TypeError("claims must be a non-empty sequence of Claim")
+    rows = ["```{list-table}", ":header-rows: 1", ":widths: 50 16 34", "",
+            "* - The card says", "  - Verdict", "  - The truth, and where it is proved"]
+    for c in claims:
+        link = f"**{{ref}}`{c.number} <{section_label(c.number)}>`**"
+        rows += [f"* - {link} {_says(c)}", f"  - {_verdict_words(c)}",
+                 f"  - {c.short} ({_settled_by(c, short=True)})"]
+    return "\n".join([*rows, "```"])
+
+
+def claim_box(number: int) -> str:
+    """The head of a claim's section: the card's words, the verdict, the
+    correct statement and where it is proved (MyST Markdown)."""
+    c = claim(number)
+    return (f"> **The card:** {_says(c)}\n>\n"
+            f"> **Verdict:** {_verdict_words(c)}.\n>\n"
+            f"> **Correct statement:** {c.correct}\n>\n"
+            f"> **Settled in** {_settled_by(c)}.")
+
+
+def traps(lang: str = "en", claims: tuple[Claim, ...] = CLAIMS) -> str:
+    """The review sheets' list of traps, one line per claim (MyST Markdown).
+
+    Parameters
+    ----------
+    lang : {"en", "zh"}
+    """
+    if lang not in _VERDICT_WORDS:
+        raise ValueError(f"lang must be one of {sorted(_VERDICT_WORDS)}; got {lang!r}")
+    colon = "：" if lang == "zh" else ": "
+    return "\n".join(f"{c.number}. {_verdict_words(c, lang)}{colon}{c.trap[lang]} "
+                     f"({{ref}}`{'→' if lang == 'en' else '详见'} <{section_label(c.number)}>`)"
+                     for c in claims)
+
+
+def interview_answer(path: str | Path) -> str:
+    """A chapter's five-line interview answer, read from its MyST source.
+
+    Parameters
+    ----------
+    path : str or Path
+        The chapter's ``.md`` file. Its section ``## Interview answer`` must
+        start with a block quote (lines beginning with ``>``).
+
+    Returns
+    -------
+    str
+        The block quote, as MyST Markdown (one ``>`` line per spoken line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path must name a chapter file; got {path}")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        start = lines.index("## Interview answer") + 1
+    except ValueError:
+        raise ValueError(f"path must have a '## Interview answer' section; got {path}") from None
+    while start < len(lines) and not lines[start].strip():
+        start += 1
+    quote = []
+    for line in lines[start:]:
+        if not line.startswith(">"):
+            break
+        quote.append(line)
+    if not quote:
+        raise ValueError(f"{path}: the interview answer must be a block quote")
+    text = "\n".join(quote)
+    if "{glue" in text:
+        raise ValueError(f"{path}: the interview answer must not use glued values")
+    return text

@@ -1,0 +1,152 @@
+"""The audit's data structure and its renderings (lipattn/audit.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import ROOT
+from markdown_it import MarkdownIt
+
+from lipattn import audit
+from lipattn.audit import CLAIMS, VERDICTS, Claim, Part
+
+CHAPTERS = ROOT / "chapters"
+
+
+def _table_rows(markdown: str) -> list[list[str]]:
+    """Cells of a MyST list-table, parsed by markdown-it (the parser MyST uses):
+    the directive's body is a list of rows, each a list of cells."""
+    lines = markdown.splitlines()
+    assert lines[0] == "```{list-table}" and lines[-1] == "```"
+    body = "\n".join(line for line in lines[1:-1] if not line.startswith(":"))
+    rows, depth = [], 0
+    for tok in MarkdownIt("commonmark").parse(body):
+        if tok.type == "bullet_list_open":
+            depth += 1
+        elif tok.type == "bullet_list_close":
+            depth -= 1
+        elif tok.type == "list_item_open" and depth == 1:
+            rows.append([])
+        elif tok.type == "inline" and depth == 2:
+            rows[-1].append(tok.content)
+    return rows
+
+
+def test_the_card_has_eight_claims_with_known_verdicts():
+    assert [c.number for c in CLAIMS] == list(range(1, 9))
+    for c in CLAIMS:
+        assert c.parts and all(p.verdict in VERDICTS for p in c.parts)
+        assert (CHAPTERS / f"{c.chapter}.md").is_file()
+        assert set(c.trap) == {"en", "zh"}
+        assert re.search(r"[\u4e00-\u9fff]", c.trap["zh"]), c.number
+
+
+def test_table_has_one_row_per_claim_matching_the_data():
+    table = audit.verdict_table()
+    assert ":widths: 50 16 34" in table.splitlines()[:4]
+    rows = _table_rows(table)
+    assert rows[0] == ["The card says", "Verdict", "The truth, and where it is proved"]
+    body = rows[1:]
+    assert len(body) == len(CLAIMS)
+    for row, c in zip(body, CLAIMS, strict=True):
+        assert len(row) == 3
+        assert row[0].startswith(f"**{{ref}}`{c.number} <audit-claim-{c.number}>`** ")
+        for p in c.parts:
+            assert p.says in row[0]
+            assert f"**{p.verdict}**" in row[1]
+        assert row[2].startswith(c.short)
+        assert f"{{doc}}`Ch. {int(c.chapter[:2])} <{c.chapter}>`" in row[2]
+        for ref in c.refs:
+            assert f"{{prf:ref}}`{ref}`" in row[2]
+
+
+def test_multi_part_verdicts_are_numbered_in_claim_and_verdict():
+    two = next(c for c in CLAIMS if len(c.parts) == 2)
+    row = _table_rows(audit.verdict_table((two,)))[1]
+    assert "** (1) " in row[0] and " (2) " in row[0]
+    assert row[1] == f"**{two.parts[0].verdict}** (1); **{two.parts[1].verdict}** (2)"
+
+
+def test_box_repeats_the_tables_row():
+    for c in CLAIMS:
+        box = audit.claim_box(c.number)
+        assert all(line.startswith(">") for line in box.splitlines())
+        assert c.correct in box and f"{{doc}}`{c.chapter}`" in box
+        for p in c.parts:
+            assert p.says in box and p.verdict in box
+
+
+def test_audit_page_has_one_section_per_claim_in_order():
+    """Headings name the claims' topics and carry the labels the table links to;
+    each section shows its box and asserts the data structure's verdicts."""
+    page = (CHAPTERS / "audit.md").read_text(encoding="utf-8")
+    found = re.findall(r"^\(audit-claim-(\d)\)=\n## Claim (\d): (.+)$", page, re.M)
+    assert [(int(a), int(b), t) for a, b, t in found] == [
+        (c.number, c.number, c.topic) for c in CLAIMS]
+    for c in CLAIMS:
+        assert f"```{{glue:md}} box_{c.number}\n:format: myst\n```" in page
+        assert f"audit.claim({c.number}).verdicts == {c.verdicts!r}".replace("'", "\"") in page
+
+
+def test_traps_one_line_per_claim_per_language():
+    en, zh = audit.traps("en").splitlines(), audit.traps("zh").splitlines()
+    assert len(en) == len(zh) == len(CLAIMS)
+    for line_en, line_zh, c in zip(en, zh, CLAIMS, strict=True):
+        assert line_en.startswith(f"{c.number}. ") and c.trap["en"] in line_en
+        assert c.trap["zh"] in line_zh and f"<audit-claim-{c.number}>" in line_zh
+    assert "**错误**" in audit.traps("zh") and "**false**" not in audit.traps("zh")
+
+
+def test_interview_answer_reads_the_chapters_block_quote(tmp_path):
+    page = tmp_path / "ch.md"
+    page.write_text("# T\n\n## Interview answer\n\n> one\n> two\n\n## Exercises\n> not this\n")
+    assert audit.interview_answer(page) == "> one\n> two"
+    answer = audit.interview_answer(CHAPTERS / "01_softmax_jacobian.md")
+    assert answer.startswith("> ") and "\\frac12" in answer
+    page.write_text("# T\n\n## Interview answer\n\nplain text\n")
+    with pytest.raises(ValueError, match="block quote"):
+        audit.interview_answer(page)
+    page.write_text("# T\n")
+    with pytest.raises(ValueError, match="Interview answer"):
+        audit.interview_answer(page)
+    with pytest.raises(ValueError, match="chapter file"):
+        audit.interview_answer(tmp_path / "missing.md")
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        Part("x", "maybe")
+    with pytest.raises(ValueError, match="says must be"):
+        Part(" ", "true")
+    with pytest.raises(ValueError, match="parts must not be empty"):
+        Claim(9, "t", (), "c", "s", "ch", (), {"en": "", "zh": ""})
+    with pytest.raises(ValueError, match="trap must have"):
+        Claim(9, "t", (Part("x", "true"),), "c", "s", "ch", (), {"en": ""})
+    with pytest.raises(ValueError, match="number must be one of"):
+        audit.claim(9)
+    with pytest.raises(TypeError, match="number must be an int"):
+        audit.claim("1")
+    with pytest.raises(TypeError, match="claims must be"):
+        audit.verdict_table(())
+    with pytest.raises(ValueError, match="lang must be one of"):
+        audit.traps("fr")
+
+
+def test_review_sheets_agree():
+    """Both sheets: the same formulas and the same chapters, the traps from
+    lipattn.audit, the same quiz questions; the Chinese answers have five
+    lines, like the chapters' own."""
+    en = (CHAPTERS / "review.md").read_text(encoding="utf-8")
+    zh = (CHAPTERS / "review_zh.md").read_text(encoding="utf-8")
+    formulas = [re.findall(r"^\$\$\n(.*?)\n\$\$$", page, re.M | re.S) for page in (en, zh)]
+    assert len(formulas[0]) == 6 and formulas[0] == formulas[1]
+    docs = [re.findall(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`", page) for page in (en, zh)]
+    chapters = {c.chapter for c in CLAIMS} | {"audit"}
+    assert chapters <= set(docs[0]) and chapters <= set(docs[1])
+    assert 'audit.traps("en")' in en and 'audit.traps("zh")' in zh
+    picks = [re.search(r"^picks = (\[.*?\])", page, re.M).group(1) for page in (en, zh)]
+    assert picks[0] == picks[1]
+    quotes = re.findall(r"((?:^> .*\n)+)", zh, re.M)
+    assert [len(q.splitlines()) for q in quotes] == [5] * 6
+    assert all(re.search(r"[\u4e00-\u9fff]", q) for q in quotes)
