@@ -1,6 +1,6 @@
 """Sphinx extension used by the book's build (listed in ``_config.yml``).
 
-It does two things that ``_config.yml`` alone cannot:
+It does what ``_config.yml`` alone cannot:
 
 1. **No stale outputs.** jupyter-cache keys a notebook on its code cells
    only, so a change to ``lib/`` or ``requirements.txt`` would leave old
@@ -32,6 +32,12 @@ It does two things that ``_config.yml`` alone cannot:
    site. Pages named in ``lipattn_page_languages`` (docname -> BCP 47 tag, e.g.
    ``chapters/review_zh: zh-Hans``) get their own, so browsers pick fonts,
    line breaking and hyphenation for that language.
+7. **Chinese search terms.** With ``html_search_language: zh`` Sphinx splits
+   text into words with jieba. Its general dictionary cuts the book's terms
+   (谱范数, 雅可比矩阵, …) into pieces that a whole-term query no longer
+   matches, so the book's terms (``search_terms_zh.txt`` beside this module)
+   are loaded as a jieba user dictionary, unless ``html_search_options``
+   names another; jieba's progress messages are silenced.
 """
 
 from __future__ import annotations
@@ -139,6 +145,20 @@ def _config_inited(app: Any, config: Any) -> None:
     shutil.rmtree(Path(app.outdir) / "_static" / "mathjax", ignore_errors=True)
     config.html_static_path = [*config.html_static_path, str(static)]
     config.mathjax_path = "mathjax/es5/tex-chtml.js"
+
+    if str(config.html_search_language or "").startswith("zh"):
+        _chinese_search(config)
+
+
+def _chinese_search(config: Any) -> None:
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    options = dict(config.html_search_options or {})
+    options.setdefault("dict", str(Path(__file__).with_name("search_terms_zh.txt")))
+    config.html_search_options = options
 
 
 def _env_get_outdated(app: Any, env: Any, added: set, changed: set, removed: set) -> list[str]:
