@@ -196,9 +196,9 @@ CLAIMS: tuple[Claim, ...] = (
         r"$\|W/\hat\sigma\|_2 \ge 1$: the constraint is approached from above.",
         "05_spectral_normalisation", ("thm-lower-bound", "thm-rate"),
         {"en": r"Spectral normalisation gives $\|W/\hat\sigma\|_2 \ge 1$, not $\le 1$: "
-               r"power iteration underestimates $\sigma_1$.",
+               r"power iteration never overestimates $\sigma_1$.",
          "zh": r"谱归一化得到的是 $\|W/\hat\sigma\|_2 \ge 1$ 而非 $\le 1$："
-               r"幂迭代总是低估 $\sigma_1$。"},
+               r"幂迭代的估计从不高于 $\sigma_1$。"},
     ),
     Claim(
         7, "The Lipschitz constant of self-attention",
