@@ -71,10 +71,10 @@ def mlp_weights(d: int, lip: float, layers: int, seed: int = 0,
                 hidden: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-layer ReLU-MLP weights with ``||W_1||_2 = 1`` and ``||W_2||_2 = lip``.
 
-    The MLP ``relu(Y W_1) W_2`` is then ``lip``-Lipschitz (row-wise, in the
-    Euclidean norm), and that bound is attained on the positive orthant of
-    the top singular directions. Shapes (layers, d, h) and (layers, h, d),
-    ``h = 4d`` unless given.
+    The MLP ``relu(Y W_1) W_2`` is then at most ``lip``-Lipschitz (row-wise, in
+    the Euclidean norm). The product of norms is only an upper bound; for
+    random matrices the largest local Jacobian norm is well below it.
+    Shapes (layers, d, h) and (layers, h, d), ``h = 4d`` unless given.
     """
     lip = as_positive_float(lip, "lip")
     h = 4 * d if hidden is None else as_int_at_least(hidden, "hidden", 1)
@@ -309,7 +309,7 @@ def fig_mlp(curves: dict[float, np.ndarray], pure: np.ndarray) -> Figure:
     for k, (lip, y) in enumerate(curves.items()):
         y = np.maximum(y, _FLOOR)
         ax.plot(ell[: y.shape[1]], np.median(y, 0), styles[k % 5], ms=4 + k, mfc="none",
-                color=f"C{k + 4}", label=f"attention + MLP, Lipschitz {lip:g}")
+                color=f"C{k + 4}", label=f"attention + MLP, Lipschitz ≤ {lip:g}")
     ax.set_yscale("log")
     ax.set_ylim(_FLOOR, 2)
     ax.set_xlim(-0.3, pure.shape[1] - 0.7)
@@ -413,7 +413,7 @@ _N, _D, _L = 16, 32, 12
 _LAYER_GRID = (0, 1, 2, 3, 4, 6, 8, 12)
 _SCALES = (0.5, 1.0, 2.0, 4.0)
 _BLOCKS = ("pure", "mlp", "skip", "alpha")
-_BLOCK_LABEL = {"pure": "attention only", "mlp": "attention + MLP (Lipschitz 4)",
+_BLOCK_LABEL = {"pure": "attention only", "mlp": "attention + MLP (Lipschitz ≤ 4)",
                 "skip": "X + f(X)", "alpha": "X + f(X)/√L"}
 
 
