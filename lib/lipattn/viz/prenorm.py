@@ -126,12 +126,11 @@ def fig_profile(layers: int = 12) -> Figure:
     return fig
 
 
-def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
-    """The last layer's W_2 gradient against depth, with fitted power laws."""
-    depths = np.asarray(depths)
-    fig, ax = plotting.figure(width=6.4, height=3.4)
+def _power_law_panel(ax, depths: np.ndarray, per_variant: dict) -> None:
+    """Both variants' values (shape (depths, seeds)) against depth on log-log
+    axes: a band over seeds, and the fitted power law dotted, in the legend."""
     for v in ("post", "pre"):
-        g = grads[v]
+        g = per_variant[v]
         b, a, se = fit_power(depths, g.mean(axis=1))
         _band(ax, depths, g.T, VARIANT_COLORS[v],
               f"{VARIANT_NAMES[v]}: fit $\\propto L^{{{b:.2f} \\pm {se:.2f}}}$")
@@ -141,6 +140,13 @@ def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
     ax.set_xticks(depths, [str(int(x)) for x in depths])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("depth L (log axis)")
+
+
+def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
+    """The last layer's W_2 gradient against depth, with fitted power laws."""
+    depths = np.asarray(depths)
+    fig, ax = plotting.figure(width=6.4, height=3.4)
+    _power_law_panel(ax, depths, grads)
     ax.set_ylabel(r"$\|\partial\ell/\partial W_2^{(L)}\|_F$ (log axis)")
     ax.set_title(f"Last layer's FFN gradient at initialisation, d = {d}")
     ax.legend(loc="lower left")
@@ -237,17 +243,7 @@ def fig_amplification(depths, amp: dict[str, dict[str, np.ndarray]],
     fig, axes = plotting.figure(2, width=9.4, height=3.6)
     titles = {"random": "random ±η perturbation", "sign": "Adam-like: −η·sign(gradient)"}
     for ax, kind in zip(axes, ("random", "sign"), strict=True):
-        for v in ("post", "pre"):
-            g = amp[kind][v]
-            b, a, se = fit_power(depths, g.mean(axis=1))
-            _band(ax, depths, g.T, VARIANT_COLORS[v],
-                  f"{VARIANT_NAMES[v]}: fit $\\propto L^{{{b:.2f} \\pm {se:.2f}}}$")
-            ax.plot(depths, np.exp(a) * depths**b, color=VARIANT_COLORS[v], ls=":", lw=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xticks(depths, [str(int(x)) for x in depths])
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("depth L (log axis)")
+        _power_law_panel(ax, depths, amp[kind])
         ax.set_title(f"{titles[kind]}, η = {sizes[kind]:g}", fontsize=10)
         ax.legend(loc="upper left", fontsize=8)
     axes[0].set_ylabel(r"mean squared entry of $F(\theta+\Delta) - F(\theta)$")
