@@ -153,3 +153,30 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(ValueError, match="missing parts"):
         iv.load(iv.CHAPTERS[0], tmp_path)
     assert iv.load(f"{iv.CHAPTERS[1]}.md") == iv.load(iv.CHAPTERS[1])
+
+
+def test_every_search_term_is_on_the_chinese_sheet():
+    """Each term of the Chinese search dictionary (the card's terms) appears
+    in what the Chinese review sheet shows: its own text, the rendered
+    answers, the traps and the quiz, so a site search for it finds the sheet
+    (tests/test_browser.py searches the built site)."""
+    from conftest import ROOT
+
+    from lipattn import audit
+    from lipattn.quiz import Quiz
+
+    page = (ROOT / "chapters" / "review_zh.md").read_text(encoding="utf-8")
+    picks = eval(re.search(r"^picks = (\[.*?\])", page, re.M).group(1))
+    shown = [page, audit.traps("zh")]
+    shown += [iv.question(s, "zh") + iv.answer(s, "zh") for s in iv.CHAPTERS]
+    shown += [Quiz.from_yaml(ROOT / "chapters" / "quizzes" / f"{s}.yml", lang="zh",
+                             select=[k])._repr_html_()
+              for s, k in zip(iv.CHAPTERS, picks, strict=True)]
+    shown = "\n".join(shown)
+    terms = [line.split()[0] for line in
+             (ROOT / "lib" / "lipattn" / "search_terms_zh.txt").read_text(encoding="utf-8")
+             .splitlines() if line.strip()]
+    assert len(terms) >= 20
+    missing = [t for t in terms if t not in shown]
+    assert not missing, missing
+    assert not re.search(r"残差(?!连接|流|缩放|”)", MATH.sub("M", shown))
