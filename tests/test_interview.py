@@ -110,7 +110,29 @@ def test_chinese_typography():
         assert not re.search(r"本章|这里|我们的|第 ?\d ?章|详见", prose), (where, text)
         assert not re.search(r"残差(?!连接|流)", prose), (where, text)
     zh = iv.answer(iv.CHAPTERS[0], "zh")
-    assert "：**" in zh and "：** " not in zh
+    assert zh.startswith("**30 秒回答**：") and "：** " not in zh and "** " not in zh
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_bold_run_closes(lang):
+    """CommonMark closes ``**`` only when it is right-flanking: a Chinese
+    label or question ending in full-width punctuation and followed by a
+    Chinese character would print its asterisks. Parse the rendered answers
+    and check that no ``*`` is left in the text."""
+    from conftest import ROOT
+
+    from lipattn import audit
+
+    sheet = "review_zh" if lang == "zh" else "review"
+    texts = {stem: iv.answer(stem, lang) for stem in iv.CHAPTERS}
+    texts["traps"] = audit.traps(lang)
+    texts[sheet] = (ROOT / "chapters" / f"{sheet}.md").read_text(encoding="utf-8")
+    for stem, text in texts.items():
+        tokens = _tokens(text)
+        for tok in tokens:
+            for child in tok.children or []:
+                if child.type == "text":
+                    assert "*" not in MATH.sub("M", child.content), (stem, child.content)
 
 
 def test_english_has_no_pointers_a_candidate_cannot_say():

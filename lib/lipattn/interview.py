@@ -54,14 +54,15 @@ PARTS: tuple[str, ...] = ("spoken", "points", "whiteboard", "follow_ups", "names
 
 _LANGS = ("en", "zh")
 
-#: Labels of the rendered parts, per language. Chinese labels end in a
-#: full-width colon, with nothing after it.
+#: Labels of the rendered parts, per language. A Chinese label is followed by
+#: a full-width colon outside the bold (CommonMark cannot close ``**`` between
+#: a punctuation mark and a Chinese character), with nothing after it.
 _LABELS = {
     "en": {"spoken": "In 30 seconds.", "points": "The five points.",
            "whiteboard": "On the whiteboard first:", "follow_ups": "Follow-ups.",
            "names": "Names interviewers quote."},
-    "zh": {"spoken": "30 秒回答：", "points": "五个要点：", "whiteboard": "先在白板上写：",
-           "follow_ups": "常见追问：", "names": "面试官常引用的文献："},
+    "zh": {"spoken": "30 秒回答", "points": "五个要点", "whiteboard": "先在白板上写",
+           "follow_ups": "常见追问", "names": "面试官常引用的文献"},
 }
 
 
@@ -208,8 +209,9 @@ def answer(chapter: str, lang: str = "en", parts: tuple[str, ...] = PARTS) -> st
     -------
     str
         The spoken answer as a paragraph, the five points as a numbered
-        list, the whiteboard line as display math, the follow-ups and the
-        names as bulleted lists; each part led by a bold label.
+        list, the whiteboard line as display math, the follow-ups (question
+        in bold, answer below it) and the names as bulleted lists; each part
+        led by a bold label.
     """
     _check_lang(lang)
     if isinstance(parts, str) or not all(p in PARTS for p in parts) or not parts:
@@ -217,6 +219,7 @@ def answer(chapter: str, lang: str = "en", parts: tuple[str, ...] = PARTS) -> st
     data = load(chapter)
     labels = _LABELS[lang]
     sep = "" if lang == "zh" else " "
+    colon = "：" if lang == "zh" else ""
     out = []
 
     def get(field: Any, where: str) -> Any:
@@ -225,7 +228,7 @@ def answer(chapter: str, lang: str = "en", parts: tuple[str, ...] = PARTS) -> st
     for part in PARTS:
         if part not in parts:
             continue
-        label = f"**{labels[part]}**"
+        label = f"**{labels[part]}**{colon}"
         if part == "spoken":
             out.append(f"{label}{sep}{get(data['spoken'], 'spoken').strip()}")
         elif part == "points":
@@ -236,8 +239,9 @@ def answer(chapter: str, lang: str = "en", parts: tuple[str, ...] = PARTS) -> st
             line = get(data["whiteboard"], "whiteboard").strip()
             out.append(f"{label}\n\n$$\n{line}\n$$")
         elif part == "follow_ups":
-            items = [f"- **{get(f['q'], f'follow_ups[{i}].q').strip()}**{sep}"
-                     f"{get(f['a'], f'follow_ups[{i}].a').strip()}"
+            # the question on its own line, the answer as a second paragraph
+            items = [f"- **{get(f['q'], f'follow_ups[{i}].q').strip()}**\n\n"
+                     f"  {get(f['a'], f'follow_ups[{i}].a').strip()}"
                      for i, f in enumerate(data["follow_ups"])]
             out.append(label + "\n\n" + "\n".join(items))
         elif part == "names" and data["names"]:
