@@ -239,10 +239,17 @@ def _search(driver, server, term: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("term", ["谱范数", "秩崩溃", "雅可比矩阵", "范数", "崩溃"])
+_TERMS_ZH = [line.split()[0] for line in  # the search dictionary: every card term
+             (Path(__file__).resolve().parents[1] / "lib" / "lipattn" / "search_terms_zh.txt")
+             .read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("term", list(dict.fromkeys(
+    ["谱范数", "秩崩溃", "雅可比矩阵", "范数", "崩溃", *_TERMS_ZH])))
 def test_search_finds_chinese_terms(driver, server, term):
     """The index splits Chinese text into words (jieba, html_search_language
-    = zh), so the Chinese sheet is found by two-character words too."""
+    = zh), so the Chinese sheet is found by two-character words too, and by
+    every term of the search dictionary (预热, 梯度消失, ...)."""
     found = _search(driver, server, term)
     assert any("chapters/review_zh.html" in url for url in found), found
 

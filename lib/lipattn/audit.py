@@ -7,8 +7,8 @@ of the review sheets (in English and Chinese). The audit page renders its
 table (:func:`verdict_table`) and the box at the head of each section
 (:func:`claim_box`) from it, and the review sheets render their list of
 traps (:func:`traps`) from it, so none of them can disagree with another.
-The English review sheet reads each chapter's interview answer from the
-chapter itself (:func:`interview_answer`) instead of repeating it.
+The chapters and both review sheets render each chapter's interview answer
+from its bilingual source (:func:`interview_answer`) instead of repeating it.
 
 Rendered text is MyST Markdown (``$...$`` math, ``{prf:ref}``, ``{doc}`` and
 ``{ref}`` roles), meant for myst-nb's ``{glue:md}`` with ``:format: myst``.
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import interview
 
 __all__ = ["VERDICTS", "Part", "Claim", "CLAIMS", "claim", "verdict_table",
            "claim_box", "traps", "section_label", "interview_answer"]
@@ -150,7 +152,7 @@ CLAIMS: tuple[Claim, ...] = (
         {"en": r"Without $1/\sqrt{d_k}$, saturation is polynomial ($\Theta(1/\sigma)$), not "
                r"exponential; the $W_Q$ gradient vanishes for most queries but not on average.",
          "zh": r"不除以 $\sqrt{d_k}$ 时，饱和是多项式速度（$\Theta(1/\sigma)$）而非指数速度；"
-               r"$W_Q$ 的梯度对多数 query 消失，但平均值并不消失。"},
+               r"梯度消失只发生在多数 query 上，$W_Q$ 梯度的平均值并不消失。"},
     ),
     Claim(
         4, "Rank collapse without residual connections",
@@ -165,10 +167,13 @@ CLAIMS: tuple[Claim, ...] = (
         r"Doubly exponential near collapse (the residual is cubed per layer), and only under "
         r"conditions.",
         "03_rank_collapse", ("thm-cubic", "cor-unroll"),
-        {"en": r"Pure attention collapses *doubly* exponentially near collapse "
-               r"(residual cubed per layer), and only conditionally; skips alone do not stop it.",
-         "zh": r"纯注意力堆叠在接近崩溃时是*双指数*收敛（每层残差被立方），且有前提条件；"
-               r"仅靠跳连并不能阻止秩崩溃。"},
+        {"en": r"Pure attention collapses *doubly* exponentially near collapse (one layer "
+               r"cubes the tokens' deviation from their mean), and only once that deviation "
+               r"is small; with skip connections the rank survives, but the normalised tokens "
+               r"still converge.",
+         "zh": r"纯注意力堆叠在接近崩溃时是**双指数**收敛（每一层把 token 相对平均 token 的"
+               r"偏离量立方），而且要等偏离量足够小才成立；有残差连接时秩得以保留，但归一化后的 "
+               r"token 仍然趋于相同。"},
     ),
     Claim(
         5, "Pre-LN gradients and warm-up",
@@ -181,10 +186,13 @@ CLAIMS: tuple[Claim, ...] = (
         r"Pre-LN gradients fall towards the output; the last layer scales like $L^{-1/2}$; "
         r"warm-up tames amplification.",
         "04_prenorm_postnorm", ("def-variants",),
-        {"en": r"Pre-LN's gradient norms are not constant across layers; the theorem is "
-               r"about the last layer ($\propto L^{-1/2}$), and warm-up is about amplification.",
-         "zh": r"Pre-LN 各层梯度范数并不恒定；定理只涉及最后一层（$\propto L^{-1/2}$），"
-               r"而 warm-up 的作用在于放大效应。"},
+        {"en": r"Pre-LN's gradient norms are not constant across layers (they fall towards "
+               r"the output); Xiong et al. bound the last layer's gradient only "
+               r"($\propto L^{-1/2}$), and warm-up counters Post-LN's amplification of "
+               r"updates with depth.",
+         "zh": r"Pre-LN 各层的梯度范数并不恒定（朝输出方向递减）；Xiong 等人只给出了最后一层"
+               r"梯度的上界（$\propto L^{-1/2}$）；预热所应对的，是 Post-LN 随深度放大参数更新"
+               r"的效应。"},
     ),
     Claim(
         6, "Spectral normalisation",
@@ -214,10 +222,13 @@ CLAIMS: tuple[Claim, ...] = (
         r"$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$. “Necessary and sufficient” is proved nowhere.",
         r"No global constant; it grows like $\|X\|^2$, on a ball of radius $R$ like $R^2$.",
         "06_attention_lipschitz", ("thm-t-squared", "thm-local-bound"),
-        {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: it grows "
-               r"like $\|X\|^2$; “necessary and sufficient” is an empty phrase.",
-         "zh": r"任何关于 $\|X\|$ 线性的公式都不能界住注意力的 Lipschitz 常数："
-               r"它按 $\|X\|^2$ 增长；“充分必要”一说没有依据。"},
+        {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: the "
+               r"worst case over a ball of radius $R$ grows like $R^2$. “Necessary and "
+               r"sufficient” fails both ways: deep Transformers train without spectral "
+               r"normalisation, and with it the logits are still quadratic in $X$.",
+         "zh": r"任何关于 $\|X\|$ 线性的公式都不是注意力 Lipschitz 常数的上界：半径为 $R$ 的"
+               r"球上的最坏情形按 $R^2$ 增长。“充分必要”两半都不成立：不用谱归一化，深层 "
+               r"Transformer 也能训练；用了谱归一化，logits 仍是 $X$ 的二次函数。"},
     ),
     Claim(
         8, "Depth, residual scaling and LayerNorm",
@@ -236,9 +247,12 @@ CLAIMS: tuple[Claim, ...] = (
         "04_prenorm_postnorm", ("thm-ln-jacobian", "cor-ln-lipschitz"),
         {"en": r"A product of per-layer Lipschitz constants is a bound, not a rate: "
                r"measured perturbations do not grow exponentially at initialisation, and "
-               r"LayerNorm is $1/\sqrt\varepsilon$-Lipschitz, not 1-Lipschitz.",
+               r"LayerNorm is $1/\sqrt\varepsilon$-Lipschitz, not 1-Lipschitz; residual "
+               r"scaling and LayerNorm rest on signal propagation and update sizes, not on an "
+               r"input-Lipschitz bound.",
          "zh": r"逐层 Lipschitz 常数之积只是上界而非实际增长率：初始化时实测的扰动并不指数增长；"
-               r"LayerNorm 的全局常数是 $1/\sqrt\varepsilon$，而不是 1。"},
+               r"层归一化的全局常数是 $1/\sqrt\varepsilon$，而不是 1；残差缩放和层归一化的依据"
+               r"是信号传播和更新的大小，而不是关于输入的 Lipschitz 上界。"},
     ),
 )
 
@@ -310,50 +324,85 @@ def claim_box(number: int) -> str:
 def traps(lang: str = "en", claims: tuple[Claim, ...] = CLAIMS) -> str:
     """The review sheets' list of traps, one line per claim (MyST Markdown).
 
+    Each line quotes the card, numbering its parts where they get different
+    verdicts, gives each part's verdict, then the trap in one sentence and a
+    link to the claim's section of the audit. The Chinese line quotes the
+    card in Chinese and uses full-width punctuation.
+
     Parameters
     ----------
     lang : {"en", "zh"}
+    claims : tuple of Claim, default :data:`CLAIMS`
     """
     if lang not in _VERDICT_WORDS:
         raise ValueError(f"lang must be one of {sorted(_VERDICT_WORDS)}; got {lang!r}")
-    colon = "：" if lang == "zh" else ": "
-    return "\n".join(f"{c.number}. {_verdict_words(c, lang)}{colon}{c.trap[lang]} "
-                     f"({{ref}}`{'→' if lang == 'en' else '详见'} <{section_label(c.number)}>`)"
-                     for c in claims)
+    if not claims or not all(isinstance(c, Claim) for c in claims):
+        raise TypeError("claims must be a non-empty sequence of Claim")
+    card_zh = {  # the card's claims in Chinese, part by part
+        1: (r"softmax 雅可比矩阵 $\diag(p) - pp^\top$ 的谱范数以 1 为上界。",),
+        2: (r"softmax 在 $\ell_\infty$ 下的 Lipschitz 常数恰好为 1，",
+            r"在 $\ell_2$ 下至多为 $\sqrt N$。"),
+        3: (r"不做 $1/\sqrt d$ 缩放时，softmax 输入的方差随 $d$ 增长，",
+            r"因此雅可比矩阵迅速饱和、趋于 0（梯度消失）。"),
+        4: (r"没有残差连接时，纯自注意力层的堆叠会使所有 token 向量指数收敛到同一个向量"
+            r"（秩崩溃）。",),
+        5: (r"Pre-LN 在初始化时提供恒定的梯度范数，", r"因此不用预热也能稳定训练。"),
+        6: (r"用幂迭代做谱归一化，可以约束 $\sigma_{\max}(W) \le 1$。",),
+        7: (r"自注意力满足 $L_{\text{attn}} \le C\|W_V\|_2\bigl(1 + {}$"
+            r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$。",
+            r"谱归一化加上 $1/\sqrt d$ 缩放，是深层 Transformer 避免梯度爆炸和秩崩溃的"
+            r"充分必要保证。"),
+        8: (r"没有 Lipschitz 控制时，微小的输入误差会在数百层中指数发散。",
+            r"Lipschitz 上界是残差缩放和层归一化的理论基础。"),
+    }
+    words = _VERDICT_WORDS[lang]
+    lines = []
+    for c in claims:
+        link = section_label(c.number)
+        if lang == "en":
+            says = " ".join(f"({i}) {p.says}" if len(c.parts) > 1 else p.says
+                            for i, p in enumerate(c.parts, 1))
+            verdict = _verdict_words(c, lang)
+            lines.append(f"{c.number}. The card: “{says}” Verdict: {verdict}. "
+                         f"{c.trap['en']} ({{ref}}`→ <{link}>`)")
+        else:
+            parts = card_zh[c.number]
+            if len(parts) != len(c.parts):
+                raise ValueError(f"claim {c.number}: the Chinese card has {len(parts)} parts, "
+                                 f"the claim {len(c.parts)}")
+            if len(parts) == 1:
+                says, verdict = parts[0], f"**{words[c.parts[0].verdict]}**"
+            else:
+                says = "".join(f"（{i}）{s}" for i, s in enumerate(parts, 1))
+                verdict = "；".join(f"（{i}）**{words[p.verdict]}**"
+                                   for i, p in enumerate(c.parts, 1))
+            lines.append(f"{c.number}. 卡片：“{says}”判定：{verdict}。"
+                         f"{c.trap['zh']}（{{ref}}`证据 <{link}>`）")
+    return "\n".join(lines)
 
 
-def interview_answer(path: str | Path) -> str:
-    """A chapter's five-line interview answer, read from its MyST source.
+def interview_answer(chapter: str | Path, lang: str = "en",
+                     parts: tuple[str, ...] = interview.PARTS) -> str:
+    """A chapter's interview answer in one language, as MyST Markdown.
+
+    The answers live in one bilingual source per chapter
+    (``chapters/interview/<chapter>.yml``); this renders one of them with
+    :func:`lipattn.interview.answer`, so the chapter's own section and both
+    review sheets show the same text.
 
     Parameters
     ----------
-    path : str or Path
-        The chapter's ``.md`` file. Its section ``## Interview answer`` must
-        start with a block quote (lines beginning with ``>``).
+    chapter : str or Path
+        The chapter, e.g. ``"01_softmax_jacobian"`` or its ``.md`` file.
+    lang : {"en", "zh"}
+    parts : tuple of str, default all of :data:`lipattn.interview.PARTS`
 
     Returns
     -------
     str
-        The block quote, as MyST Markdown (one ``>`` line per spoken line).
+        The spoken answer, the five points, the whiteboard line, the
+        follow-ups and the names, each led by a bold label.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"path must name a chapter file; got {path}")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    try:
-        start = lines.index("## Interview answer") + 1
-    except ValueError:
-        raise ValueError(f"path must have a '## Interview answer' section; got {path}") from None
-    while start < len(lines) and not lines[start].strip():
-        start += 1
-    quote = []
-    for line in lines[start:]:
-        if not line.startswith(">"):
-            break
-        quote.append(line)
-    if not quote:
-        raise ValueError(f"{path}: the interview answer must be a block quote")
-    text = "\n".join(quote)
-    if "{glue" in text:
-        raise ValueError(f"{path}: the interview answer must not use glued values")
-    return text
+    if isinstance(chapter, Path):
+        chapter = chapter.stem
+    return interview.answer(chapter, lang, parts)
