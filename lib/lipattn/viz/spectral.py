@@ -11,10 +11,9 @@ from functools import lru_cache
 
 import numpy as np
 from matplotlib.figure import Figure
-
-from .. import plotting
 from scipy.sparse.linalg import aslinearoperator
 
+from .. import plotting
 from .._validate import as_int_at_least, as_positive_float, as_real_array
 from ..lipschitz import golub_kahan_norm
 from ..spectral import (
@@ -331,7 +330,8 @@ def fig_cost(data: dict) -> Figure:
               label="power, true error (uncertified)")
     ax.loglog(g, data["gkl"], "s-", color="C0", label="Golub–Kahan–Lanczos (book)")
     ax.loglog(g, data["svds"], "^-", color="C2", label="scipy svds (ARPACK, restarted)")
-    ax.loglog(g, data["kps"], "--", color="C0", lw=1, label="Lanczos: KPS guarantee")
+    ax.loglog(g, data["kps"], "--", color="C0", lw=1,
+              label="Lanczos: Chebyshev guarantee\nfor true error (KPS)")
     ax.set_xlabel(r"gap $1 - \sigma_2/\sigma_1$ (log)")
     ax.set_ylabel("products with $A$ or $A^\\top$ (log)")
     ax.set_title(f"products to a certified residual {data['rtol']:.0e}" r"$\cdot\hat\sigma$",
@@ -445,6 +445,9 @@ def mlp_bounds(depths=range(1, 9), width: int = 16, samples: int = 4000, seed: i
 
 
 def fig_mlp(data: dict) -> Figure:
+    """Product of spectral norms against the largest sampled (and, with
+    ``data["searched"]``, found) Jacobian norm; ``data["upper"]``, optional, maps
+    depths to certified upper bounds (:func:`paired_pattern_bound`)."""
     best = data.get("searched", data["sampled"])
     what = "largest found" if "searched" in data else "largest sampled"
     fig, (ax, ax2) = plotting.figure(2, width=8.4, height=3.2)
@@ -454,14 +457,24 @@ def fig_mlp(data: dict) -> Figure:
         ax.semilogy(d, data["sampled"], ":", color="C0", lw=1,
                     label=r"largest sampled $\|J(x)\|_2$")
     ax.semilogy(d, best, "s-", color="C0", label=rf"{what} $\|J(x)\|_2$")
+    upper = data.get("upper", {})
+    if upper:
+        du = np.array(sorted(upper))
+        uv = np.array([upper[k] for k in du])
+        ax.semilogy(du, uv, "v", color="k", ms=7, label="certified upper bound")
+        prod_u = data["product"][np.searchsorted(d, du)]
+        ax2.semilogy(du, prod_u / uv, "v", color="C3", ms=7,
+                     label="product / certified upper bound")
     ax.set_xlabel("depth (layers)")
     ax.set_ylabel("norm (log)")
     ax.legend(loc="upper left", fontsize=8.5)
     ax.set_title("the bound and a lower bound on the truth", fontsize=10)
-    ax2.semilogy(d, data["product"] / best, "o-", color="k")
+    ax2.semilogy(d, data["product"] / best, "o-", color="k",
+                 label=f"product / {what}")
     ax2.set_xlabel("depth (layers)")
-    ax2.set_ylabel(rf"product / {what} (log)")
-    ax2.set_title("at most this loose", fontsize=10)
+    ax2.set_ylabel("looseness of the product (log)")
+    ax2.set_title("at most (dots) and at least (triangle) this loose", fontsize=10)
+    ax2.legend(loc="upper left", fontsize=8)
     return fig
 
 
