@@ -228,6 +228,10 @@ def test_every_slider_value_changes_the_frame(name):
 def test_bad_input():
     with pytest.raises(ValueError, match="rtol"):
         viz.cost_experiment(rtol=0.0)
+    with pytest.raises(TypeError, match="weights"):
+        viz.relu_mlp_search(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="restarts"):
+        viz.relu_mlp_search([np.ones((3, 3))], restarts=0)
     with pytest.raises(ValueError, match="rtol"):
         viz.kps_steps(0.1, 1.0, 0.0)
     with pytest.raises(ValueError, match="gamma"):

@@ -378,7 +378,8 @@ def relu_mlp_search(weights, restarts: int = 2, gens: int = 120, pool: int = 200
     restarts = as_int_at_least(restarts, "restarts", 1)
     gens = as_int_at_least(gens, "gens", 0)
     pool = as_int_at_least(pool, "pool", 8)
-    d = np.shape(weights[0])[0] if isinstance(weights, (list, tuple)) and weights else 0
+    product_bound(weights)                      # validates the list of weights
+    d = np.shape(weights[0])[0]
     best, best_x = -1.0, None
     for r in range(restarts):
         rng = np.random.default_rng([seed, r])
