@@ -55,6 +55,14 @@ from scipy.special import lambertw
 
 from ._validate import as_int_at_least, as_positive_float, as_real_array
 from .attention import _finite_logits, check_attention_args
+from .lanczos import (
+    JacobianOperator,
+    LipschitzEstimate,
+    _check_tol,
+    _golub_kahan,
+    golub_kahan_norm,
+    jacobian_norm,
+)
 from .softmax import softmax, softmax_jacobian_norm
 
 __all__ = [
@@ -63,6 +71,7 @@ __all__ = [
     "attention_vjp",
     "attention_operator",
     "golub_kahan_norm",
+    "jacobian_norm",
     "LipschitzEstimate",
     "local_lipschitz",
     "local_lipschitz_info",
@@ -226,23 +235,6 @@ def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
     return J.reshape(N * dv, N * d)
 
 
-class _CountingOperator(LinearOperator):
-    """A LinearOperator from a jvp and a vjp that counts its products."""
-
-    def __init__(self, shape: tuple[int, int], in_shape, out_shape, jvp, vjp) -> None:
-        super().__init__(dtype=np.float64, shape=shape)
-        self._in, self._out, self._jvp, self._vjp = in_shape, out_shape, jvp, vjp
-        self.products = 0
-
-    def _matvec(self, v):
-        self.products += 1
-        return self._jvp(np.asarray(v, dtype=float).reshape(self._in)).reshape(-1)
-
-    def _rmatvec(self, u):
-        self.products += 1
-        return self._vjp(np.asarray(u, dtype=float).reshape(self._out)).reshape(-1)
-
-
 def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> LinearOperator:
     r"""The Jacobian :math:`Df(X)` as a matrix-free ``LinearOperator``.
 
@@ -264,110 +256,25 @@ def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> LinearOperator:
     st = _state(X, W_Q, W_K, W_V)
     N, d = X.shape
     dv = W_V.shape[1]
-    return _CountingOperator((N * dv, N * d), (N, d), (N, dv),
-                             lambda E: _jvp(st, E), lambda G: _vjp(st, G))
+    return JacobianOperator(lambda E: _jvp(st, E), lambda G: _vjp(st, G), (N, d), (N, dv))
 
 
 # --------------------------------------------------------------------------
 # exact local constants
 # --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LipschitzEstimate:
-    """An exact local Lipschitz constant and how it was computed.
-
-    Attributes
-    ----------
-    value : float
-        :math:`\\|Df(X)\\|_2`.
-    method : str
-        ``"dense"`` or ``"lanczos"``.
-    products : int
-        Jacobian-vector plus vector-Jacobian products used (0 for dense).
-    """
-
-    value: float
-    method: str
-    products: int
-
-
 def _check_method(method: Any) -> str:
     if method not in ("auto", "dense", "lanczos"):
         raise ValueError(f"method must be 'auto', 'dense' or 'lanczos'; got {method!r}")
     return method
 
 
-def golub_kahan_norm(op: LinearOperator, tol: float = 1e-10, seed: int = 0,
-                     max_steps: int | None = None) -> tuple[float, int]:
-    r"""Largest singular value of a LinearOperator by Golub–Kahan–Lanczos bidiagonalisation.
-
-    Builds orthonormal bases with :math:`A V_k = U_k B_k` and
-    :math:`A^\top U_k = V_k B_k^\top + \beta_{k+1} v_{k+1} e_k^\top`
-    (full reorthogonalisation), and stops when the top Ritz triplet
-    :math:`(\sigma, u, v)` of the bidiagonal :math:`B_k` has residual
-    :math:`\|A^\top u - \sigma v\| = \beta_{k+1}|x_k| \le \text{tol}\cdot\sigma`
-    (then a singular value of A lies within tol·σ of σ). The Ritz value never
-    exceeds :math:`\sigma_1(A)`.
-
-    Parameters
-    ----------
-    op : LinearOperator, shape (m, n)
-    tol : float
-        Relative residual tolerance, > 0.
-    seed : int
-        Seed of the random starting vector.
-    max_steps : int, optional
-        At most this many steps (default ``min(m, n)``).
-
-    Returns
-    -------
-    sigma : float
-    products : int
-        Products with A and A^T (two per step).
-    """
-    tol = as_positive_float(tol, "tol")
-    m, n = op.shape
-    steps = min(m, n) if max_steps is None else min(as_int_at_least(max_steps, "max_steps", 1),
-                                                    min(m, n))
-    v = np.random.default_rng(seed).standard_normal(n)
-    V, U = [v / np.linalg.norm(v)], []
-    alphas, betas = [], []
-    products, sigma = 0, 0.0
-    for k in range(steps):
-        u = np.asarray(op.matvec(V[-1]), dtype=float).reshape(m)
-        products += 1
-        if U:
-            u -= betas[-1] * U[-1]
-            Um = np.array(U)
-            u -= Um.T @ (Um @ u)
-        alpha = float(np.linalg.norm(u))
-        if not np.isfinite(alpha):
-            raise ValueError("op became non-finite; expected a finite operator")
-        if alpha == 0.0:
-            break
-        U.append(u / alpha)
-        alphas.append(alpha)
-        w = np.asarray(op.rmatvec(U[-1]), dtype=float).reshape(n) - alpha * V[-1]
-        products += 1
-        Vm = np.array(V)
-        w -= Vm.T @ (Vm @ w)
-        beta = float(np.linalg.norm(w))
-        B = np.diag(alphas) + np.diag(betas, 1)
-        X_, s_, _ = np.linalg.svd(B)
-        sigma = float(s_[0])
-        if beta * abs(X_[-1, 0]) <= tol * sigma or beta == 0.0 or k == steps - 1:
-            break
-        betas.append(beta)
-        V.append(w / beta)
-    return sigma, products
-
-
 def _exact_norm(dense_fn, op_fn, side: int, method: str, tol: float) -> LipschitzEstimate:
+    """Dense SVD or Golub-Kahan-Lanczos (which raises rather than return unconverged)."""
     if method == "auto":
         method = "dense" if side <= DENSE_MAX_SIDE else "lanczos"
     if method == "dense":
         return LipschitzEstimate(float(np.linalg.norm(dense_fn(), 2)), "dense", 0)
-    value, products = golub_kahan_norm(op_fn(), tol=tol)
-    return LipschitzEstimate(value, "lanczos", products)
+    return _golub_kahan(op_fn(), tol, 0, None)
 
 
 def local_lipschitz_info(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto",
@@ -375,7 +282,7 @@ def local_lipschitz_info(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = 
     """:func:`local_lipschitz` with the method used and the number of products."""
     X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
     method = _check_method(method)
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     side = X.shape[0] * max(X.shape[1], W_V.shape[1])
     return _exact_norm(lambda: attention_jacobian(X, W_Q, W_K, W_V),
                        lambda: attention_operator(X, W_Q, W_K, W_V), side, method, tol)
@@ -661,8 +568,7 @@ def l2_attention_operator(X: Any, W_Q: Any, W_V: Any) -> LinearOperator:
     st = _l2_state(X, W_Q, W_V)
     N, d = X.shape
     dv = W_V.shape[1]
-    return _CountingOperator((N * dv, N * d), (N, d), (N, dv),
-                             lambda E: _l2_jvp(st, E), lambda G: _l2_vjp(st, G))
+    return JacobianOperator(lambda E: _l2_jvp(st, E), lambda G: _l2_vjp(st, G), (N, d), (N, dv))
 
 
 def l2_attention_jacobian(X: Any, W_Q: Any, W_V: Any) -> np.ndarray:
@@ -693,7 +599,7 @@ def l2_local_lipschitz(X: Any, W_Q: Any, W_V: Any, *, method: str = "auto",
     if X.ndim != 2:
         raise ValueError(f"X must have shape (N, d); got shape {X.shape}")
     method = _check_method(method)
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     side = X.shape[0] * max(X.shape[1], W_V.shape[1])
     return _exact_norm(lambda: l2_attention_jacobian(X, W_Q, W_V),
                        lambda: l2_attention_operator(X, W_Q, W_V), side, method, tol).value
@@ -804,7 +710,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
         if np.ndim(p["W_Q"]) != 2:
             raise ValueError(f"params[{i}] must hold one model's weights (2-D matrices); "
                              f"got W_Q of shape {np.shape(p['W_Q'])}")
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     input_scale = as_positive_float(input_scale, "input_scale")
     params = [{k: v if k == "heads" else np.asarray(v, dtype=float) for k, v in p.items()}
               for p in params]
