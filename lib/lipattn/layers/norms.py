@@ -10,13 +10,16 @@ r"""LayerNorm with gain and bias, and RMSNorm, row-wise over the last axis.
   its Jacobian is :math:`\operatorname{diag}(g)\, r\,(I - y y^\top/d)`.
 
 Both inner Jacobians are symmetric, so one function is the jvp and the vjp.
+Rows are normalised without overflow for any finite input (the statistics are
+taken on rows divided by their largest entry, as in :mod:`lipattn.layernorm`),
+in float64, then cast to the input's dtype.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..layernorm import _ln
+from ..layernorm import _prepare
 from ..transformer import _ln_plain_bwd
 
 __all__ = ["LayerNorm", "RMSNorm"]
@@ -29,7 +32,8 @@ class LayerNorm:
         self.g, self.b, self.eps = g, b, eps
 
     def forward(self, X: np.ndarray):
-        y, inv_s = _ln(X, self.eps)
+        _, _, y, s = _prepare(X, self.eps)
+        y, inv_s = y.astype(X.dtype, copy=False), (1.0 / s).astype(X.dtype, copy=False)
         return self.g * y + self.b, (y, inv_s)
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
@@ -51,8 +55,12 @@ class RMSNorm:
         self.g, self.eps = g, eps
 
     def forward(self, X: np.ndarray):
-        r = 1.0 / np.sqrt(np.mean(X * X, axis=-1, keepdims=True) + self.eps)
-        y = X * r
+        x = X.astype(np.float64)
+        big = np.max(np.abs(x), axis=-1, keepdims=True)
+        big = np.where(big > 0, big, 1.0)
+        rms_s = np.sqrt(np.mean((x / big) ** 2, axis=-1, keepdims=True))     # <= 1
+        s = np.hypot(big * rms_s, np.sqrt(self.eps))                          # sqrt(ms + eps)
+        y, r = (x / s).astype(X.dtype, copy=False), (1.0 / s).astype(X.dtype, copy=False)
         return self.g * y, (y, r)
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
