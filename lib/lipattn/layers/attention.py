@@ -83,18 +83,21 @@ class MultiHeadAttention:
         self.mask, self.rope_theta = mask, rope_theta
 
     # -- helpers --------------------------------------------------------------
+    # numpy hands a batched matmul to BLAS only when every operand's slices have
+    # unit stride along their rows, so the transposes the products need are
+    # stored as contiguous copies (computed once per forward pass).
     def _split(self, Z: np.ndarray, heads: int) -> np.ndarray:
-        """(N, heads * k) -> (heads, N, k)."""
+        """(N, heads * k) -> (heads, N, k), contiguous."""
         N = Z.shape[0]
-        return Z.reshape(N, heads, -1).transpose(1, 0, 2)
+        return np.ascontiguousarray(Z.reshape(N, heads, -1).transpose(1, 0, 2))
 
     def _group(self, Z: np.ndarray) -> np.ndarray:
         """Query heads (h, N, k) -> (h_kv, rep * N, k): the heads sharing a key head stacked."""
         return Z.reshape(self.n_kv_head, -1, Z.shape[-1])
 
     def _merge(self, Z: np.ndarray, N: int) -> np.ndarray:
-        """(h_kv, rep * N, d_v) -> (N, h * d_v)."""
-        return Z.reshape(self.n_head, N, -1).transpose(1, 0, 2).reshape(N, -1)
+        """(h_kv, rep * N, d_v) or (h, N, d_v) -> (N, h * d_v)."""
+        return Z.reshape(-1, N, Z.shape[-1]).transpose(1, 0, 2).reshape(N, -1)
 
     def _out(self, Z: np.ndarray, bias: bool) -> np.ndarray:
         if self.W_O is None:
@@ -109,9 +112,9 @@ class MultiHeadAttention:
             return np.tri(N, dtype=bool)
         return self.mask
 
-    def _project(self, X, W, b, heads, rot, bias=True):
+    def _project(self, X, W, b, heads, rot):
         Z = X @ W
-        if bias and b is not None:
+        if b is not None:
             Z = Z + b
         Z = self._split(Z, heads)
         return rope(Z, *rot) if rot is not None else Z
@@ -125,9 +128,10 @@ class MultiHeadAttention:
                         for t in rope_tables(N, self.head_dim, self.rope_theta))
         Q = self._group(self._project(X, self.W_Q, self.b_Q, self.n_head, rot))
         K = self._project(X, self.W_K, self.b_K, self.n_kv_head, rot)
-        V = self._split(X @ self.W_V + (0 if self.b_V is None else self.b_V), self.n_kv_head)
+        V = self._project(X, self.W_V, self.b_V, self.n_kv_head, None)
+        KT = np.ascontiguousarray(K.transpose(0, 2, 1))
         with np.errstate(over="ignore", invalid="ignore"):
-            S = (Q @ K.transpose(0, 2, 1)) * (1.0 / math.sqrt(self.head_dim))
+            S = (Q @ KT) * (1.0 / math.sqrt(self.head_dim))
         if not np.all(np.isfinite(S)):
             raise ValueError("the hidden states and W_Q, W_K give attention logits that "
                              "overflow; expected logits of finite size")
@@ -136,32 +140,37 @@ class MultiHeadAttention:
             S = np.where(np.tile(mask, (S.shape[1] // N, 1)), S, -np.inf)
         P = softmax(S, axis=-1).astype(X.dtype, copy=False)
         heads = self._merge(P @ V, N)
-        return self._out(heads, True), (Q, K, V, P, rot)
+        state = (Q, K, KT, V, np.ascontiguousarray(V.transpose(0, 2, 1)), P,
+                 np.ascontiguousarray(P.transpose(0, 2, 1)), rot)
+        return self._out(heads, True), state
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
-        Q, K, V, P, rot = state
+        Q, _, KT, V, _, P, _, rot = state
         N = E.shape[0]
-        dQ = self._group(self._project(E, self.W_Q, None, self.n_head, rot, bias=False))
-        dK = self._project(E, self.W_K, None, self.n_kv_head, rot, bias=False)
+        dQ = self._group(self._project(E, self.W_Q, None, self.n_head, rot))
+        dK = self._project(E, self.W_K, None, self.n_kv_head, rot)
         dV = self._split(E @ self.W_V, self.n_kv_head)
-        dS = (dQ @ K.transpose(0, 2, 1) + Q @ dK.transpose(0, 2, 1)) * (
-            1.0 / math.sqrt(self.head_dim))
-        dO = softmax_jvp(P, dS) @ V + P @ dV
+        dS = dQ @ KT
+        dS += Q @ np.ascontiguousarray(dK.transpose(0, 2, 1))
+        dS *= 1.0 / math.sqrt(self.head_dim)
+        dO = softmax_jvp(P, dS) @ V
+        dO += P @ dV
         return self._out(self._merge(dO, N), False)
 
     def vjp(self, state, G: np.ndarray) -> np.ndarray:
-        Q, K, V, P, rot = state
+        Q, K, _, _, VT, P, PT, rot = state
         N = G.shape[0]
         dO = G @ self.W_O.T if self.W_O is not None else G
         dO = self._group(self._split(dO, self.n_head))            # (h_kv, rep N, d_v)
-        dV = P.transpose(0, 2, 1) @ dO                             # summed over the group
-        dS = softmax_jvp(P, dO @ V.transpose(0, 2, 1)) * (1.0 / math.sqrt(self.head_dim))
+        dV = PT @ dO                                               # summed over the group
+        dS = softmax_jvp(P, dO @ VT)
+        dS *= 1.0 / math.sqrt(self.head_dim)
         dQ = (dS @ K).reshape(self.n_head, N, -1)
-        dK = dS.transpose(0, 2, 1) @ Q
+        dK = np.ascontiguousarray(dS.transpose(0, 2, 1)) @ Q
         if rot is not None:
             dQ, dK = rope_transpose(dQ, *rot), rope_transpose(dK, *rot)
-        merge = lambda Z: Z.transpose(1, 0, 2).reshape(N, -1)     # noqa: E731
-        return (merge(dQ) @ self.W_Q.T + merge(dK) @ self.W_K.T + merge(dV) @ self.W_V.T)
+        return (self._merge(dQ, N) @ self.W_Q.T + self._merge(dK, N) @ self.W_K.T
+                + self._merge(dV, N) @ self.W_V.T)
 
     def head(self, i: int) -> MultiHeadAttention:
         """Query head ``i`` alone (with its key/value head and its rows of W_O), no b_O.
