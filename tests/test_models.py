@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 import pytest
+from test_lipschitz import central_differences as central_jacobian
 
 from lipattn.layers import (
     MLP,
@@ -165,16 +166,6 @@ def ref_llama(st, H, n_head, n_kv, theta=10000.0, eps=1e-6, final=True):
 # --------------------------------------------------------------------------
 # dense Jacobians
 # --------------------------------------------------------------------------
-def central_jacobian(f, X, h=1e-6):
-    cols = []
-    for k in range(X.size):
-        e = np.zeros(X.size)
-        e[k] = h
-        e = e.reshape(X.shape)
-        cols.append((f(X + e) - f(X - e)).reshape(-1) / (2 * h))
-    return np.column_stack(cols)
-
-
 def product_jacobians(jvp, vjp, in_shape, out_shape):
     n, m = int(np.prod(in_shape)), int(np.prod(out_shape))
     J = np.column_stack([jvp(np.eye(n)[k].reshape(in_shape)).reshape(-1) for k in range(n)])
@@ -307,10 +298,18 @@ def test_gpt2_prefix_and_ignored_keys():
                                   GPT2.from_state_dict(st, n_head=2).forward(H))
 
 
+def _models():
+    return {"gpt2": GPT2.from_state_dict(gpt2_state(seed=3), n_head=2),
+            "llama": Llama.from_state_dict(llama_state(seed=4), n_head=4, n_kv_head=2)}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
 @pytest.mark.parametrize("start,stop,final_norm", [(0, 1, False), (1, 2, False),
                                                    (0, 2, True), (0, 0, True)])
-def test_gpt2_products_and_constant_against_finite_differences(start, stop, final_norm):
-    model = GPT2.from_state_dict(gpt2_state(seed=3), n_head=2)
+def test_products_and_constants_against_finite_differences(kind, start, stop, final_norm):
+    """Block and stack jvp/vjp against central differences of forward; the constant
+    against the SVD of the dense Jacobian."""
+    model = _models()[kind]
     H = model.embed(np.array([1, 2, 3, 4, 5]))
     kw = dict(start=start, stop=stop, final_norm=final_norm)
     fd = central_jacobian(lambda Z: model.forward(Z, **kw), H)
@@ -457,19 +456,6 @@ def test_llama_prefix_ignored_keys_and_attention_biases():
     biased = dict(st, **{"layers.0.self_attn.q_proj.bias": np.ones(16)})
     assert not np.allclose(Llama.from_state_dict(biased, **kw).forward(H),
                            Llama.from_state_dict(st, **kw).forward(H))
-
-
-@pytest.mark.parametrize("start,stop,final_norm", [(0, 1, False), (0, 2, True)])
-def test_llama_products_and_constant_against_finite_differences(start, stop, final_norm):
-    model = Llama.from_state_dict(llama_state(seed=4), n_head=4, n_kv_head=2)
-    H = model.embed(np.array([1, 2, 3, 4, 5]))
-    kw = dict(start=start, stop=stop, final_norm=final_norm)
-    fd = central_jacobian(lambda Z: model.forward(Z, **kw), H)
-    J, JT = product_jacobians(lambda E: model.jvp(H, E, **kw), lambda G: model.vjp(H, G, **kw),
-                              H.shape, H.shape)
-    np.testing.assert_allclose(J, fd, atol=1e-6 * np.abs(fd).max())
-    np.testing.assert_allclose(JT, J.T, atol=1e-12 * np.abs(J).max())
-    assert model.local_lipschitz(H, **kw) == pytest.approx(np.linalg.norm(J, 2), rel=1e-9)
 
 
 def test_head_permutation_invariance_llama_gqa():

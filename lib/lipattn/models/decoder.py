@@ -145,25 +145,24 @@ class Decoder:
         H = self._check_H(H)
         return self._map(*self._range(start, stop, final_norm)).forward(H)[0]
 
+    def _product(self, H: Any, V: Any, name: str, start, stop, final_norm, adjoint: bool):
+        H = self._check_H(H)
+        V = self._check_H(V, name)
+        if V.shape != H.shape:
+            raise ValueError(f"{name} must have the shape of H, {H.shape}; got shape {V.shape}")
+        layer = self._map(*self._range(start, stop, final_norm))
+        state = layer.forward(H)[1]
+        return layer.vjp(state, V) if adjoint else layer.jvp(state, V)
+
     def jvp(self, H: Any, E: Any, *, start: int = 0, stop: int | None = None,
             final_norm: bool = False) -> np.ndarray:
         """The Jacobian-vector product of :meth:`forward` at H in the direction E, (N, d)."""
-        H = self._check_H(H)
-        E = self._check_H(E, "E")
-        if E.shape != H.shape:
-            raise ValueError(f"E must have the shape of H, {H.shape}; got shape {E.shape}")
-        layer = self._map(*self._range(start, stop, final_norm))
-        return layer.jvp(layer.forward(H)[1], E)
+        return self._product(H, E, "E", start, stop, final_norm, adjoint=False)
 
     def vjp(self, H: Any, G: Any, *, start: int = 0, stop: int | None = None,
             final_norm: bool = False) -> np.ndarray:
         """The vector-Jacobian product (adjoint) of :meth:`forward` at H, (N, d) -> (N, d)."""
-        H = self._check_H(H)
-        G = self._check_H(G, "G")
-        if G.shape != H.shape:
-            raise ValueError(f"G must have the shape of H, {H.shape}; got shape {G.shape}")
-        layer = self._map(*self._range(start, stop, final_norm))
-        return layer.vjp(layer.forward(H)[1], G)
+        return self._product(H, G, "G", start, stop, final_norm, adjoint=True)
 
     def local_lipschitz_info(self, H: Any, *, start: int = 0, stop: int | None = None,
                              final_norm: bool = False,
