@@ -607,3 +607,34 @@ def test_readme_example_runs_on_saved_random_state_dicts(tmp_path, monkeypatch, 
     assert env["heads"].shape == (12,) and env["attn"] > 0 and env["mlp"] >= 1 - 1e-9
     assert "stack" in capsys.readouterr().out
     assert env["llama"].n_kv_head == 4 and H.shape == (4, 64)
+
+
+def test_bad_layer_arguments_name_the_argument():
+    d = 4
+    W = np.ones((d, d))
+    cases = [
+        (lambda: MultiHeadAttention(W, W, W, W, n_head=3), ValueError, "W_Q"),
+        (lambda: MultiHeadAttention(W, W, W, W, n_head=2, n_kv_head=3), ValueError, "n_kv_head"),
+        (lambda: MultiHeadAttention(W, np.ones((d, 3)), W, W, n_head=2), ValueError, "W_K"),
+        (lambda: MultiHeadAttention(W, W, W, np.ones((3, d)), n_head=2), ValueError, "W_O"),
+        (lambda: MultiHeadAttention(W, W, W, W, b_Q=np.ones(3)), ValueError, "b_Q"),
+        (lambda: MultiHeadAttention(W, W, W, None, b_O=np.ones(4)), ValueError, "b_O"),
+        (lambda: MultiHeadAttention(W, W, W, W, mask="future"), ValueError, "mask"),
+        (lambda: MultiHeadAttention(W, W, W, W, mask=np.ones((3, 3))), TypeError, "mask"),
+        (lambda: MultiHeadAttention(np.ones((d, 3)), np.ones((d, 3)), W, rope_theta=1e4),
+         ValueError, "even"),
+        (lambda: MultiHeadAttention(W, W, W, W, n_head=0), ValueError, "n_head"),
+        (lambda: MultiHeadAttention(W * np.nan, W, W, W), ValueError, "W_Q"),
+        (lambda: LayerNorm(np.ones(d), np.ones(3), 1e-5), ValueError, "b"),
+        (lambda: LayerNorm(np.ones(d), np.ones(d), 0.0), ValueError, "eps"),
+        (lambda: RMSNorm("g", 1e-5), TypeError, "g"),
+        (lambda: MLP(W, np.ones(d), W, np.ones(d), act="tanh"), ValueError, "act"),
+        (lambda: GatedMLP(W, np.ones((d, 3)), W), ValueError, "W_u"),
+        (lambda: layer_lipschitz(object(), W), TypeError, "layer"),
+        (lambda: layer_lipschitz(RMSNorm(np.ones(d), 1e-6), W[:, :3]), ValueError, "X"),
+        (lambda: MultiHeadAttention(W, W, W, W, mask=np.tri(3, dtype=bool)).forward(W),
+         ValueError, "mask"),
+    ]
+    for make, err, match in cases:
+        with pytest.raises(err, match=match):
+            make()
