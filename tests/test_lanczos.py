@@ -136,3 +136,14 @@ def test_bad_input():
     with pytest.raises(ValueError, match="jvp must return"):
         jacobian_norm(lambda E: E[:2], lambda G: G, (3,))
     assert golub_kahan_norm(aslinearoperator(2 * A))[0] == pytest.approx(2.0)
+
+
+def test_invariant_subspaces_and_low_rank_operators():
+    """A rank-2 operator: the Krylov space is exhausted after two steps (alpha or beta
+    vanishes up to rounding) and the value is exact."""
+    for shape in ((30, 20), (20, 30)):
+        A = matrix_with_spectrum([5.0, 2.0], shape, seed=3)
+        value, products = golub_kahan_norm(A, tol=1e-13)
+        assert value == pytest.approx(5.0, rel=1e-13) and products <= 8
+    eye = np.eye(6)
+    assert golub_kahan_norm(eye)[0] == pytest.approx(1.0, rel=1e-15)

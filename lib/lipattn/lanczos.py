@@ -234,7 +234,7 @@ def _golub_kahan(op: LinearOperator, tol: float, seed: int, max_steps: Any) -> L
             u -= betas[k - 1] * U[k - 1]
         _orthogonalise(u, U[:k])
         alpha = _norm(u)
-        if alpha <= 1e-300:
+        if k and alpha <= 1e-14 * max(alphas[:k].max(), betas[:k].max()):
             # invariant subspace: U_k^T A = [B_{k-1}, beta_k e_{k-1}] V_k^T exactly
             B = np.diag(alphas[:k]) + np.diag(betas[:k - 1], 1)
             B = np.column_stack([B, np.eye(k)[:, -1] * betas[k - 1]])
