@@ -147,3 +147,16 @@ def test_invariant_subspaces_and_low_rank_operators():
         assert value == pytest.approx(5.0, rel=1e-13) and products <= 8
     eye = np.eye(6)
     assert golub_kahan_norm(eye)[0] == pytest.approx(1.0, rel=1e-15)
+
+
+def test_a_wrong_adjoint_or_a_complex_operator_is_an_error():
+    M = np.random.default_rng(4).standard_normal((5, 4))
+    with pytest.raises(ValueError, match="not the adjoint"):
+        jacobian_norm(lambda E: M @ E, lambda G: 2 * M.T @ G, (4,), out_shape=(5,))
+    with pytest.raises(ValueError, match="not the adjoint"):
+        golub_kahan_norm(LinearOperator((5, 4), matvec=lambda v: M @ v,
+                                        rmatvec=lambda u: M[:4, :].T @ u[:4], dtype=float))
+    with pytest.raises(TypeError, match="real"):
+        golub_kahan_norm(aslinearoperator(M + 1j))
+    with pytest.raises(ValueError, match="vjp returned non-finite"):
+        jacobian_norm(lambda E: M @ E, lambda G: np.full(4, np.nan), (4,), out_shape=(5,))
