@@ -20,19 +20,31 @@ Jacobian of row i. Because :math:`J_i \mathbf 1 = 0`,
 :math:`J_i X = J_i (X - \mathbf 1 c^\top)` for every :math:`c`: only the
 *centred* tokens enter the second term.
 
+Every function takes ``mask=None | "causal" | bool (N, N)`` (True = may
+attend, :func:`lipattn.attention.as_mask`): masked logits are
+:math:`-\infty`, their probabilities exactly 0, and the formulas above hold
+unchanged. The jvp and vjp are those of
+:class:`lipattn.layers.MultiHeadAttention` with one head and no output
+projection; for query biases (they change the Jacobian; key and value biases
+do not), several heads, grouped-query attention or RoPE, use that layer with
+:func:`lipattn.layers.layer_lipschitz`, or :mod:`lipattn.models`.
+
 What is exact and what is estimated
 -----------------------------------
 - :func:`attention_jvp` and :func:`attention_vjp` are the closed forms, exact up
-  to rounding, in :math:`O(N^2 d + N d^2)` operations each; they never form the
-  Jacobian.
+  to rounding, in :math:`O(N^2 d_k + N d (d_k + d_v))` operations each; they
+  never form the Jacobian.
 - :func:`attention_jacobian` forms the dense ``(N d_v, N d)`` Jacobian from an
   entrywise formula (row-major ``vec`` on both sides), independently of the
   jvp code.
 - :func:`local_lipschitz` is the exact local constant
   :math:`\|Df(X)\|_2` (Frobenius norm on inputs and outputs): a dense SVD, or
-  Golub–Kahan–Lanczos bidiagonalisation (:func:`golub_kahan_norm`) on the
-  matrix-free operator, converged to a relative residual tolerance. (The tests
-  compare it with ``scipy.sparse.linalg.svds`` and with power iteration.)
+  Golub–Kahan–Lanczos bidiagonalisation (:func:`lipattn.lanczos.golub_kahan_norm`,
+  :func:`lipattn.jacobian_norm`) on the matrix-free operator, converged to a
+  certified relative residual tolerance or a ``ConvergenceError``, never an
+  unconverged value (see :mod:`lipattn.lanczos` for what is certified). The
+  tests compare it with dense SVDs on every small shape, with
+  ``scipy.sparse.linalg.svds`` and with power iteration.
 - :func:`local_lipschitz_bound` is the chapter's proved upper bound;
   :func:`card_bound` is the widely shared formula that the chapter audits
   (it is *not* a bound).
