@@ -116,9 +116,9 @@ class MultiHeadAttention:
             raise ValueError(f"RoPE needs an even head size; got d_h = {self.head_dim}")
 
     # -- helpers --------------------------------------------------------------
-    # numpy hands a batched matmul to BLAS only when every operand's slices have
-    # unit stride along their rows, so the transposes the products need are
-    # stored as contiguous copies (computed once per forward pass).
+    # Every operand of a batched matmul is a contiguous (heads, rows, cols)
+    # array: the transposes the products need (K^T, V^T, P^T) are copied once
+    # per forward pass and reused by every jvp and vjp.
     def _split(self, Z: np.ndarray, heads: int) -> np.ndarray:
         """(N, heads * k) -> (heads, N, k), contiguous."""
         N = Z.shape[0]
