@@ -10,6 +10,7 @@ for example::
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -18,10 +19,25 @@ import numpy as np
 __all__ = [
     "as_real_array",
     "as_positive_float",
+    "as_real_float",
+    "as_float_in",
     "as_int_at_least",
+    "as_count",
+    "as_seed",
+    "as_rng",
+    "as_tol",
+    "as_step",
     "as_bool",
+    "as_choice",
+    "safe_norm",
+    "safe_product",
     "check_unmasked",
+    "MAX_COUNT",
 ]
+
+#: Upper bound of :func:`as_count`: counts that size arrays or loops. Beyond it
+#: memory or time would explode, so a clear error beats a MemoryError or a hang.
+MAX_COUNT = 10**8
 
 
 def as_real_array(
@@ -121,14 +137,126 @@ def as_positive_float(value: Any, name: str, *, allow_zero: bool = False) -> flo
     return v
 
 
-def as_int_at_least(value: Any, name: str, minimum: int) -> int:
-    """Return ``value`` as an ``int`` that is at least ``minimum``, or raise."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an integer >= {minimum}; got {type(value).__name__}")
-    v = int(value)
-    if v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {v}")
+def as_real_float(value: Any, name: str) -> float:
+    """Return ``value`` as a finite real ``float`` of any sign, or raise."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a finite real number; got {type(value).__name__}")
+    v = float(value)
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be a finite real number; got {value!r}")
     return v
+
+
+def as_float_in(value: Any, name: str, lo: float, hi: float, *,
+                lo_open: bool = False, hi_open: bool = False) -> float:
+    """Return ``value`` as a real ``float`` in the interval from ``lo`` to ``hi``, or raise.
+
+    ``lo_open`` / ``hi_open`` exclude the end points, e.g. Adam's betas lie in [0, 1).
+    """
+    interval = f"{'(' if lo_open else '['}{lo!r}, {hi!r}{')' if hi_open else ']'}"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number in {interval}; got {type(value).__name__}")
+    v = float(value)
+    if not (v > lo if lo_open else v >= lo) or not (v < hi if hi_open else v <= hi):
+        raise ValueError(f"{name} must be a real number in {interval}; got {value!r}")
+    return v
+
+
+def as_int_at_least(value: Any, name: str, minimum: int, maximum: int | None = None) -> int:
+    """Return ``value`` as an ``int`` that is at least ``minimum`` (and at most
+    ``maximum``, if given), or raise."""
+    want = f"an integer >= {minimum}" if maximum is None else \
+        f"an integer in [{minimum}, {maximum}]"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be {want}; got {type(value).__name__}")
+    v = int(value)
+    if v < minimum or (maximum is not None and v > maximum):
+        raise ValueError(f"{name} must be {want}; got {v}")
+    return v
+
+
+def as_count(value: Any, name: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """Return ``value`` as an ``int`` count in [minimum, maximum], or raise.
+
+    For counts that size arrays or loops (tokens, dimensions, layers, samples,
+    steps): the default upper bound :data:`MAX_COUNT` turns a request that would
+    end in a MemoryError or a hang into a clear error naming the argument.
+    Pass a smaller ``maximum`` where the cost grows faster than linearly.
+    """
+    return as_int_at_least(value, name, minimum, maximum)
+
+
+def as_seed(value: Any, name: str = "seed") -> int:
+    """Return ``value`` as a seed for ``np.random.default_rng``: an int >= 0, or raise."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be a non-negative integer; got {type(value).__name__}")
+    v = int(value)
+    if v < 0:
+        raise ValueError(f"{name} must be a non-negative integer; got {v}")
+    return v
+
+
+def as_rng(value: Any, name: str = "seed") -> np.random.Generator:
+    """``np.random.default_rng(value)`` for a seed (int >= 0) or a Generator, or raise."""
+    if isinstance(value, np.random.Generator):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be a non-negative integer or a numpy Generator; "
+                        f"got {type(value).__name__}")
+    return np.random.default_rng(as_seed(value, name))
+
+
+def as_tol(value: Any, name: str = "tol") -> float:
+    """Return ``value`` as a relative tolerance in [1e-15, 0.5], or raise.
+
+    Below about 1e-15 a float64 iteration cannot confirm convergence; above 0.5
+    a "converged" estimate may be off by a factor of 2, so it is not an estimate.
+    """
+    return as_float_in(value, name, 1e-15, 0.5)
+
+
+def as_step(value: Any, name: str, x_scale: float = 1.0) -> float:
+    r"""Return a finite-difference step ``h`` as a float, or raise.
+
+    ``h`` must be positive and at least :math:`10^{-12}` times ``x_scale`` (the
+    size of the point it perturbs; at most 1 is assumed): a smaller step loses
+    every digit to rounding (``x + h == x``, or the difference is pure noise).
+    """
+    h = as_positive_float(value, name)
+    floor = 1e-12 * max(float(x_scale), 1.0)
+    if h < floor:
+        raise ValueError(f"{name} must be a step of at least {floor:.3g} (1e-12 times the "
+                         f"size of the perturbed entries, at least 1), or the finite "
+                         f"difference is rounding noise; got {value!r}")
+    return h
+
+
+def as_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of the strings ``choices``, or raise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, choices))}; "
+                        f"got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; "
+                         f"got {value!r}")
+    return value
+
+
+def safe_norm(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+    r"""Euclidean norm that neither overflows nor underflows for any finite ``x``.
+
+    Scales by the largest absolute entry before squaring (as LAPACK's ``dnrm2``),
+    so ``safe_norm(c * x) == c * safe_norm(x)`` up to rounding for every
+    :math:`c > 0` with finite :math:`c x`. No validation (an internal helper).
+    """
+    x = np.asarray(x, dtype=float)
+    m = np.max(np.abs(x), axis=axis, keepdims=True)
+    m = np.where(m > 0, m, 1.0)
+    with np.errstate(over="ignore"):  # x/m is subnormal-safe: |x/m| <= 1
+        r = m * np.sqrt(np.sum((x / m) ** 2, axis=axis, keepdims=True))
+    if not keepdims:
+        r = np.squeeze(r, axis=axis) if axis is not None else r.reshape(())
+    return r if r.ndim else r[()]
 
 
 def as_bool(value: Any, name: str) -> bool:
@@ -136,3 +264,24 @@ def as_bool(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False; got {type(value).__name__}")
     return bool(value)
+
+
+def safe_product(*factors: float, name: str = "the result") -> float:
+    """The product of non-negative finite floats without intermediate overflow or
+    underflow; raises ``ValueError`` naming ``name`` if the product itself overflows.
+
+    ``1e200 * 1e200 * 1e-300`` is ``1e100``, not ``inf``. A product below the
+    smallest float gives 0 (or a subnormal), which is the correctly rounded value.
+    """
+    mant, expo = 1.0, 0
+    for f in factors:
+        m, e = math.frexp(float(f))
+        if m == 0.0:
+            return 0.0
+        mant, e2 = math.frexp(mant * m)
+        expo += e + e2
+    try:
+        return math.ldexp(mant, expo)
+    except OverflowError:
+        raise ValueError(f"{name} must be representable in float64; it overflows "
+                         f"(about 2**{expo})") from None

@@ -31,7 +31,14 @@ from typing import Any
 import mpmath as mp
 import numpy as np
 
-from ._validate import as_bool, as_int_at_least, as_positive_float, as_real_array
+from ._validate import (
+    as_bool,
+    as_count,
+    as_positive_float,
+    as_real_array,
+    as_seed,
+    safe_product,
+)
 from .attention import attention_matrix, check_attention_args
 
 __all__ = [
@@ -49,12 +56,40 @@ __all__ = [
 ]
 
 
-def spectral_2norm(A: np.ndarray) -> np.ndarray:
-    """Largest singular value of each matrix in ``A`` (shape (..., m, k)), from the
-    largest eigenvalue of the smaller Gram matrix (fast and accurate for the top one)."""
-    A = np.asarray(A, dtype=float)
+def spectral_2norm(A: Any) -> np.ndarray:
+    """Largest singular value of each matrix in ``A``, exact up to rounding.
+
+    From the largest eigenvalue of the smaller Gram matrix (fast, and accurate for
+    the top singular value), computed on each matrix divided by its largest
+    entry, so that no finite input overflows or underflows:
+    ``spectral_2norm(c * A) == c * spectral_2norm(A)`` up to rounding.
+
+    Parameters
+    ----------
+    A : array_like, shape (..., m, k)
+        Finite.
+
+    Returns
+    -------
+    ndarray, shape (...)
+        0-d for a single matrix.
+    """
+    A = as_real_array(A, "A", min_ndim=2)
+    return _top_singular_value(A)
+
+
+def _top_singular_value(A: np.ndarray) -> np.ndarray:
+    """:func:`spectral_2norm` without validation; raises if the result overflows."""
+    c = np.max(np.abs(A), axis=(-2, -1), keepdims=True)
+    c = np.where(c > 0, c, 1.0)
+    A = A / c
     G = A @ np.swapaxes(A, -1, -2) if A.shape[-2] <= A.shape[-1] else np.swapaxes(A, -1, -2) @ A
-    return np.sqrt(np.maximum(np.linalg.eigvalsh(G)[..., -1], 0.0))
+    s = np.sqrt(np.maximum(np.linalg.eigvalsh(G)[..., -1], 0.0))
+    with np.errstate(over="ignore"):
+        out = s * c[..., 0, 0]
+    if not np.all(np.isfinite(out)):
+        raise ValueError("A must have a spectral norm representable in float64; it overflows")
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -154,10 +189,16 @@ def cubic_constant(W_Q: Any, W_K: Any, W_V: Any) -> float:
     -------
     float
     """
-    _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, np.shape(W_Q)[0])), W_Q, W_K, W_V)
-    a = spectral_2norm(W_Q @ W_K.T)
-    v = spectral_2norm(W_V)
-    return float(a * v / (2.0 * math.sqrt(W_Q.shape[1])))
+    W_Q = as_real_array(W_Q, "W_Q", ndim=2)
+    _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
+    # ||W_Q W_K^T|| and ||W_V|| from the weights divided by their largest entries,
+    # so that the product W_Q W_K^T neither overflows nor underflows.
+    q = float(np.max(np.abs(W_Q))) or 1.0
+    k = float(np.max(np.abs(W_K))) or 1.0
+    a = float(_top_singular_value((W_Q / q) @ (W_K / k).T))
+    v = float(_top_singular_value(W_V))
+    return safe_product(q, k, a, v, 1.0 / (2.0 * math.sqrt(W_Q.shape[1])),
+                        name="the cubic constant of W_Q, W_K, W_V")
 
 
 def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
@@ -177,7 +218,7 @@ def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
     -------
     ndarray, shape (..., N, d_v)
     """
-    R, W_Q, W_K, W_V = check_attention_args(R, W_Q, W_K, W_V)
+    R, W_Q, W_K, W_V = check_attention_args(R, W_Q, W_K, W_V, x_name="R")
     R = R - R.mean(axis=-2, keepdims=True)
     A = W_Q @ W_K.T / math.sqrt(W_Q.shape[1])
     return (R @ A @ np.swapaxes(R, -1, -2) @ R @ W_V) / R.shape[-2]
@@ -205,11 +246,14 @@ def random_weights(d: int, scale: float, layers: int, seed: int = 0,
     W_Q, W_K : ndarray, shape (layers, d, d_k)
     W_V : ndarray, shape (layers, d, d)
     """
-    d = as_int_at_least(d, "d", 1)
+    d = as_count(d, "d", 1, 10**4)
     s = as_positive_float(scale, "scale")
-    layers = as_int_at_least(layers, "layers", 1)
-    d_k = d if d_k is None else as_int_at_least(d_k, "d_k", 1)
-    rng = np.random.default_rng(seed)
+    layers = as_count(layers, "layers", 1, 10**6)
+    d_k = d if d_k is None else as_count(d_k, "d_k", 1, 10**4)
+    if layers * d * max(d, d_k) > 10**8:
+        raise ValueError(f"layers * d * max(d, d_k) must be at most 1e8 (memory); got "
+                         f"layers = {layers}, d = {d}, d_k = {d_k}")
+    rng = np.random.default_rng(as_seed(seed))
     sd = s / math.sqrt(d)
     W_Q = sd * rng.standard_normal((layers, d, d_k))
     W_K = sd * rng.standard_normal((layers, d, d_k))
@@ -243,7 +287,7 @@ def _per_layer(W: Any, name: str, layers: int, d: int) -> list[np.ndarray]:
 
 def _check_stack(X, W_Q, W_K, W_V, layers, skip, alpha, mlp):
     X = as_real_array(X, "X", min_ndim=2, ndim=2)
-    layers = as_int_at_least(layers, "layers", 0)
+    layers = as_count(layers, "layers", 0, 10**6)
     skip = as_bool(skip, "skip")
     alpha = as_positive_float(alpha, "alpha", allow_zero=True)
     n, d = X.shape
@@ -380,7 +424,7 @@ def trajectory(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: bool 
     absolute = as_bool(absolute, "absolute")
     log10 = as_bool(log10, "log10")
     if dps is not None:
-        dps = as_int_at_least(dps, "dps", 15)
+        dps = as_count(dps, "dps", 15, 10**4)
     X, qs, ks, vs, m1, m2, layers, skip, alpha = _check_stack(
         X, W_Q, W_K, W_V, layers, skip, alpha, mlp)
     if dps is None:

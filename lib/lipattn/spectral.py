@@ -26,7 +26,16 @@ from typing import Any
 import numpy as np
 from scipy.sparse.linalg import LinearOperator, aslinearoperator, svds
 
-from ._validate import as_bool, as_int_at_least, as_positive_float, as_real_array
+from ._validate import (
+    as_bool,
+    as_count,
+    as_int_at_least,
+    as_positive_float,
+    as_real_array,
+    as_seed,
+    as_tol,
+    safe_norm,
+)
 
 __all__ = [
     "PowerIteration", "power_iteration", "spectral_norm", "spectral_normalize", "as_operator",
@@ -72,16 +81,21 @@ def _as_operator(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | 
     return aslinearoperator(arr), arr
 
 
-def _unit(x: np.ndarray, name: str) -> np.ndarray:
-    nrm = float(np.linalg.norm(x))
-    if not np.isfinite(nrm):
-        raise ValueError(f"{name} became non-finite; expected a finite operator")
+def _unit(x: np.ndarray, name: str) -> tuple[np.ndarray, float]:
+    """``(x / ||x||, ||x||)`` without overflow or underflow; ``(x, 0)`` for x = 0."""
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"A must be a finite operator; {name} had non-finite entries")
+    nrm = float(safe_norm(x))
     if nrm == 0.0:
-        return x
-    return x / nrm
+        return x, 0.0
+    if not np.isfinite(nrm):
+        raise ValueError(f"A must have a representable norm; ||{name}|| overflows float64")
+    m = float(np.max(np.abs(x)))
+    return (x / m) / (nrm / m), nrm  # two divisions: exact scaling, no subnormal loss
 
 
-def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0) -> PowerIteration:
+def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0, *,
+                    _u0_name: str = "u0") -> PowerIteration:
     r"""Power iteration for :math:`\sigma_1(A)`, as in spectral normalisation.
 
     Each step is :math:`v \leftarrow A^\top u/\|A^\top u\|`,
@@ -98,7 +112,7 @@ def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0) -> PowerI
         Starting left vector (any non-zero finite vector; it is normalised).
         Default: a standard normal vector from ``numpy.random.default_rng(seed)``.
     seed : int, default 0
-        Seed of the default starting vector.
+        Seed of the default starting vector (an int >= 0).
 
     Returns
     -------
@@ -106,28 +120,36 @@ def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0) -> PowerI
         ``sigma`` (shape (iters,)), the last ``u`` and ``v``, and ``matvecs``.
         If :math:`A^\top u_0 = 0` (``u0`` orthogonal to the range of A), every
         estimate is 0 and ``v`` is the zero vector.
+
+    Notes
+    -----
+    Scale-invariant: the vectors are normalised by norms computed without
+    overflow or underflow, so ``power_iteration(c * A)`` gives ``c`` times the
+    estimates of ``power_iteration(A)`` (up to rounding) for every finite
+    ``c * A`` whose products with unit vectors are finite (e.g. c from 1e-200 to
+    1e200 for entries of order 1).
     """
     op, _ = _as_operator(A)
-    iters = as_int_at_least(iters, "iters", 1)
+    iters = as_count(iters, "iters", 1)
+    seed = as_seed(seed)
     m, n = op.shape
     if u0 is None:
         u = np.random.default_rng(seed).standard_normal(m)
     else:
-        u = as_real_array(u0, "u0", ndim=1)
+        u = as_real_array(u0, _u0_name, ndim=1)
         if u.shape != (m,):
-            raise ValueError(f"u0 must have shape ({m},) to match A of shape {op.shape}; "
-                             f"got shape {u.shape}")
+            raise ValueError(f"{_u0_name} must have shape ({m},) to match A of shape "
+                             f"{op.shape}; got shape {u.shape}")
         if not np.any(u):
-            raise ValueError("u0 must be a non-zero vector; got all zeros")
-    u = u / np.linalg.norm(u)
+            raise ValueError(f"{_u0_name} must be a non-zero vector; got all zeros")
+    u = _unit(u, _u0_name)[0]
     v = np.zeros(n)
     sigma = np.empty(iters)
     for k in range(iters):
-        v = _unit(np.asarray(op.rmatvec(u), dtype=float).reshape(n), "A^T u")
-        Av = np.asarray(op.matvec(v), dtype=float).reshape(m)
-        s = float(np.linalg.norm(Av))
+        v = _unit(np.asarray(op.rmatvec(u), dtype=float).reshape(n), "A^T u")[0]
+        Av, s = _unit(np.asarray(op.matvec(v), dtype=float).reshape(m), "A v")
         if s > 0:
-            u = Av / s
+            u = Av
         sigma[k] = s
     return PowerIteration(sigma=sigma, u=u, v=v, matvecs=2 * iters)
 
@@ -145,24 +167,60 @@ def spectral_norm(A: Any, tol: float = 1e-10) -> float:
     ----------
     A : array_like, shape (m, n), or scipy.sparse.linalg.LinearOperator
     tol : float, default 1e-10
-        Relative tolerance of the Lanczos path (positive).
+        Relative tolerance of the Lanczos path, in [1e-15, 0.5].
 
     Returns
     -------
     float
+        Scale-invariant: ``spectral_norm(c * A) == c * spectral_norm(A)`` up to
+        rounding for every c > 0 with finite ``c * A``.
     """
-    op, arr = _as_operator(A)
-    tol = as_positive_float(tol, "tol")
+    op, arr, c = _unit_scaled(A)
+    tol = as_tol(tol)
+    if c == 0.0:
+        return 0.0
     if arr is not None and (arr.size <= DENSE_MAX_ENTRIES or min(arr.shape) == 1):
-        return float(np.linalg.norm(arr, 2))
+        return _rescaled(float(np.linalg.norm(arr, 2)), c)
     if min(op.shape) == 1:
         # svds needs k < min(m, n); a single row or column is a vector norm.
-        if op.shape[0] == 1:
-            return float(np.linalg.norm(op.rmatvec(np.ones(1))))
-        return float(np.linalg.norm(op.matvec(np.ones(1))))
+        col = op.rmatvec(np.ones(1)) if op.shape[0] == 1 else op.matvec(np.ones(1))
+        return _rescaled(_unit(np.asarray(col, dtype=float).ravel(), "A e_1")[1], c)
     v0 = np.random.default_rng(0).standard_normal(min(op.shape))
     s = svds(op, k=1, tol=tol, return_singular_vectors=False, v0=v0)
-    return float(s[0])
+    return _rescaled(float(s[0]), c)
+
+
+def _unit_scaled(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | None, float]:
+    """``(A / c, dense A / c or None, c)`` with ``A / c`` of order 1, validated.
+
+    An array is divided by its largest entry. An operator's scale is taken from
+    one product with a fixed random vector, ``c = ||A v|| / ||v||`` (at most
+    sigma_1), so that Lanczos on the Gram operator neither overflows nor
+    underflows. ``c = 0`` for an array of zeros or an operator that maps the
+    probe to 0 (then the operator is returned unscaled).
+    """
+    op, arr = _as_operator(A, name)
+    if arr is not None:
+        c = float(np.max(np.abs(arr)))
+        if c == 0.0:
+            return op, arr, 0.0
+        arr = arr / c
+        return aslinearoperator(arr), arr, c
+    v = np.random.default_rng(12345).standard_normal(min(op.shape))
+    probe = op.rmatvec(v) if op.shape[0] < op.shape[1] else op.matvec(v)
+    c = _unit(np.asarray(probe, dtype=float).ravel(), f"{name} v")[1] / float(safe_norm(v))
+    if c == 0.0:
+        return op, None, 1.0
+    return op * (1.0 / c), None, c
+
+
+def _rescaled(s: float, c: float) -> float:
+    """``s * c``, or a clear error where that overflows float64."""
+    out = s * c
+    if not np.isfinite(out):
+        raise ValueError("A must have a spectral norm representable in float64; "
+                         f"got sigma_1 = {s!r} * {c!r}, which overflows")
+    return out
 
 
 def spectral_normalize(
@@ -190,7 +248,10 @@ def spectral_normalize(
         The estimate :math:`\hat\sigma`.
     """
     W = as_real_array(W, "W", ndim=2)
-    run = power_iteration(W, iters, u0=u)
+    if u is None:
+        raise TypeError("u must be the left vector of shape (m,) kept from the previous "
+                        "step; got None")
+    run = power_iteration(W, iters, u0=u, _u0_name="u")
     s = float(run.sigma[-1])
     if s == 0.0:
         raise ValueError("W must have W^T u != 0 for spectral normalisation; got sigma_hat = 0")
@@ -293,10 +354,14 @@ def matrix_with_spectrum(
     if np.any(s < 0):
         raise ValueError("singular_values must be non-negative; got a negative entry")
     r = s.size
+    if shape is not None and (not isinstance(shape, (tuple, list)) or len(shape) != 2):
+        raise TypeError(f"shape must be None or a pair (m, n) of ints; got {shape!r}")
     m, n = (r, r) if shape is None else shape
-    m = as_int_at_least(m, "shape[0]", r)
-    n = as_int_at_least(n, "shape[1]", r)
-    rng = np.random.default_rng(seed)
+    m = as_count(m, "shape[0]", r)
+    n = as_count(n, "shape[1]", r)
+    if m * n > 10**8:
+        raise ValueError(f"shape must have at most 1e8 entries; got {m} x {n}")
+    rng = np.random.default_rng(as_seed(seed))
     U = np.linalg.qr(rng.standard_normal((m, r)))[0]
     V = np.linalg.qr(rng.standard_normal((n, r)))[0]
     return (U * s) @ V.T
@@ -341,9 +406,10 @@ def lanczos_cost(A: Any, tol: float, seed: int = 0) -> tuple[int, float]:
     ----------
     A : array_like, shape (m, n), or LinearOperator, with min(m, n) >= 2
     tol : float
-        ARPACK's relative tolerance, positive.
+        ARPACK's relative tolerance, in [1e-15, 0.5].
     seed : int
-        Seed of the starting vector.
+        Seed of the starting vector (>= 0). An array is divided by its largest
+        entry first (no products counted), so the result is scale-invariant.
 
     Returns
     -------
@@ -351,13 +417,17 @@ def lanczos_cost(A: Any, tol: float, seed: int = 0) -> tuple[int, float]:
     sigma : float
         The estimate.
     """
-    counter = CountingOperator(A)
-    tol = as_positive_float(tol, "tol")
+    op, _, c = _unit_scaled(A)  # no products with A counted when A is an array
+    counter = CountingOperator(op)
+    tol = as_tol(tol)
+    seed = as_seed(seed)
     if min(counter.shape) < 2:
         raise ValueError(f"A must have min(m, n) >= 2 for svds; got shape {counter.shape}")
+    if c == 0.0:
+        return 0, 0.0
     v0 = np.random.default_rng(seed).standard_normal(min(counter.shape))
     s = svds(counter, k=1, tol=tol, return_singular_vectors=False, v0=v0)
-    return counter.count, float(s[0])
+    return counter.count, _rescaled(float(s[0]), c)
 
 
 @dataclass(frozen=True)
@@ -411,14 +481,15 @@ def track_drift(
     Tracking
     """
     W = as_real_array(W0, "W0", ndim=2).copy()
-    steps = as_int_at_least(steps, "steps", 1)
+    steps = as_count(steps, "steps", 1)
     drift = as_positive_float(drift, "drift", allow_zero=True)
     persistent = as_bool(persistent, "persistent")
-    iters = as_int_at_least(iters, "iters", 1)
+    iters = as_count(iters, "iters", 1)
+    seed = as_seed(seed)
     m, n = W.shape
     walk = np.random.default_rng(seed)
     starts = np.random.default_rng([seed, 1])
-    scale = drift * np.linalg.norm(W) / np.sqrt(m * n)
+    scale = drift * float(safe_norm(W)) / np.sqrt(m * n)
     u = starts.standard_normal(m)
     est, exact = np.empty(steps), np.empty(steps)
     for t in range(steps):
@@ -428,7 +499,7 @@ def track_drift(
         run = power_iteration(W, iters, u0=u0)
         u = run.u
         est[t] = run.sigma[-1]
-        exact[t] = np.linalg.norm(W, 2)
+        exact[t] = spectral_norm(W)
     return Tracking(sigma_hat=est, sigma=exact)
 
 
@@ -587,7 +658,7 @@ def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
     s : float
         Centred norm, finite and non-negative.
     grid : int
-        Angles per circle, at least 16.
+        Angles per circle, in [16, 10000].
 
     Returns
     -------
@@ -599,7 +670,7 @@ def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
     if T > 200:
         raise ValueError(f"T must be at most 200 for the search; got {T}")
     s = as_positive_float(s, "s", allow_zero=True)
-    grid = as_int_at_least(grid, "grid", 16)
+    grid = as_count(grid, "grid", 16, 10**4)
     if T == 2:
         return float(entropy_floor(2, s))
     n = np.array([(a, b, T - a - b) for a in range(1, T - 1) for b in range(1, T - a)],
