@@ -225,9 +225,9 @@ def as_step(value: Any, name: str, x_scale: float = 1.0) -> float:
     h = as_positive_float(value, name)
     floor = 1e-12 * max(float(x_scale), 1.0)
     if h < floor:
-        raise ValueError(f"{name} must be a step of at least {floor:.3g} (1e-12 times the "
-                         f"size of the perturbed entries, at least 1), or the finite "
-                         f"difference is rounding noise; got {value!r}")
+        raise ValueError(f"{name} must be a step of at least {floor:.3g} (1e-12 times "
+                         f"max(1, largest perturbed entry)), or the finite difference is "
+                         f"rounding noise; got {value!r}")
     return h
 
 
