@@ -266,9 +266,10 @@ def as_bool(value: Any, name: str) -> bool:
     return bool(value)
 
 
-def safe_product(*factors: float, name: str = "the result") -> float:
+def safe_product(*factors: float, name: str = "the arguments", what: str = "a result") -> float:
     """The product of non-negative finite floats without intermediate overflow or
-    underflow; raises ``ValueError`` naming ``name`` if the product itself overflows.
+    underflow; raises ``ValueError`` naming ``name`` (the caller's arguments) and
+    ``what`` (the quantity) if the product itself overflows.
 
     ``1e200 * 1e200 * 1e-300`` is ``1e100``, not ``inf``. A product below the
     smallest float gives 0 (or a subnormal), which is the correctly rounded value.
@@ -283,5 +284,5 @@ def safe_product(*factors: float, name: str = "the result") -> float:
     try:
         return math.ldexp(mant, expo)
     except OverflowError:
-        raise ValueError(f"{name} must be representable in float64; it overflows "
-                         f"(about 2**{expo})") from None
+        raise ValueError(f"{name} must give {what} representable in float64; it "
+                         f"overflows (about 2**{expo})") from None

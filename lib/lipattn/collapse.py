@@ -198,7 +198,7 @@ def cubic_constant(W_Q: Any, W_K: Any, W_V: Any) -> float:
     a = float(_top_singular_value((W_Q / q) @ (W_K / k).T))
     v = float(_top_singular_value(W_V))
     return safe_product(q, k, a, v, 1.0 / (2.0 * math.sqrt(W_Q.shape[1])),
-                        name="the cubic constant of W_Q, W_K, W_V")
+                        name="W_Q, W_K, W_V", what="a cubic constant")
 
 
 def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
