@@ -218,12 +218,16 @@ def as_tol(value: Any, name: str = "tol") -> float:
 def as_step(value: Any, name: str, x_scale: float = 1.0) -> float:
     r"""Return a finite-difference step ``h`` as a float, or raise.
 
-    ``h`` must be positive and at least :math:`10^{-12}` times ``x_scale`` (the
-    size of the point it perturbs; at most 1 is assumed): a smaller step loses
-    every digit to rounding (``x + h == x``, or the difference is pure noise).
+    With :math:`s = \max(1, x_{\text{scale}})` (``x_scale`` the size of the entries
+    it perturbs), ``h`` must lie in :math:`[10^{-12} s, 0.1 s]`: a smaller step
+    loses every digit to rounding (``x + h == x``, or the difference is pure
+    noise); a larger one is not a local difference.
     """
     h = as_positive_float(value, name)
     floor = 1e-12 * max(float(x_scale), 1.0)
+    if h > 1e11 * floor:
+        raise ValueError(f"{name} must be a small step, at most {1e11 * floor:.3g} (0.1 times "
+                         f"max(1, largest perturbed entry)); got {value!r}")
     if h < floor:
         raise ValueError(f"{name} must be a step of at least {floor:.3g} (1e-12 times "
                          f"max(1, largest perturbed entry)), or the finite difference is "

@@ -147,9 +147,17 @@ def diameter(X: Any) -> np.ndarray:
     ndarray, shape (...)
     """
     X = as_real_array(X, "X", min_ndim=2)
-    R = X - X.mean(axis=-2, keepdims=True)
+    # Divided by the largest entry, so that the squared distances cannot overflow.
+    c = np.max(np.abs(X), axis=(-2, -1), keepdims=True)
+    c = np.where(c > 0, c, 1.0)
+    R = X / c
+    R = R - R.mean(axis=-2, keepdims=True)
     diff = R[..., :, None, :] - R[..., None, :, :]
-    return np.sqrt(np.max(np.sum(diff * diff, axis=-1), axis=(-2, -1)))
+    with np.errstate(over="ignore"):
+        out = c[..., 0, 0] * np.sqrt(np.max(np.sum(diff * diff, axis=-1), axis=(-2, -1)))
+    if not np.all(np.isfinite(out)):
+        raise ValueError("X must have a diameter representable in float64; it overflows")
+    return out
 
 
 def dobrushin(P: Any) -> np.ndarray:
@@ -219,9 +227,21 @@ def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
     ndarray, shape (..., N, d_v)
     """
     R, W_Q, W_K, W_V = check_attention_args(R, W_Q, W_K, W_V, x_name="R")
+    # Cubic in R: computed from R, W_Q, W_K, W_V divided by their largest entries,
+    # with the scale put back once, so that no intermediate product overflows.
+    r, q, k, v = (float(np.max(np.abs(M))) or 1.0 for M in (R, W_Q, W_K, W_V))
+    R = R / r
     R = R - R.mean(axis=-2, keepdims=True)
-    A = W_Q @ W_K.T / math.sqrt(W_Q.shape[1])
-    return (R @ A @ np.swapaxes(R, -1, -2) @ R @ W_V) / R.shape[-2]
+    A = (W_Q / q) @ (W_K / k).T / math.sqrt(W_Q.shape[1])
+    core = (R @ A @ np.swapaxes(R, -1, -2) @ R @ (W_V / v)) / R.shape[-2]
+    scale = safe_product(r, r, r, q, k, v, name="R, W_Q, W_K, W_V",
+                         what="a leading term")
+    with np.errstate(over="ignore"):
+        out = core * scale
+    if not np.all(np.isfinite(out)):
+        raise ValueError("R, W_Q, W_K, W_V must give a leading term representable in "
+                         "float64; it overflows")
+    return out
 
 
 def random_weights(d: int, scale: float, layers: int, seed: int = 0,
@@ -327,7 +347,12 @@ def stack_states(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: boo
         X, W_Q, W_K, W_V, layers, skip, alpha, mlp)
     Xs, Ps = [X], []
     for ell in range(layers):
-        P = attention_matrix(X, qs[ell], ks[ell])
+        try:
+            P = attention_matrix(X, qs[ell], ks[ell])
+        except ValueError:
+            raise ValueError(f"the tokens entering layer {ell + 1} give attention logits that "
+                             "overflow float64; expected X, W_Q, W_K, W_V (and mlp) that "
+                             "keep them finite") from None
         F = P @ (X @ vs[ell])
         Y = X + alpha * F if skip else F
         if m1 is not None:

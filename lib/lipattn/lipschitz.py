@@ -844,7 +844,12 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
         H = input_scale * H
         W_V = p["W_V"] @ p["W_O"]
         value_norm[l_] = np.linalg.norm(W_V, 2)
-        P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
+        try:
+            P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
+        except ValueError:
+            raise ValueError(f"input_scale must keep the attention logits of layer {l_} "
+                             f"finite; got {input_scale!r}, at which they overflow "
+                             "float64") from None
         out["top_weight"][l_] = P.max(axis=-1).mean(axis=-1)
         out["radius"][l_] = safe_norm(H, axis=-1).max(axis=-1)
         for b, h in enumerate(H):

@@ -230,7 +230,7 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
     d : int
     seeds : int
     size : float
-        :math:`\eta`, the change of every entry. For Xavier-uniform weights
+        :math:`\eta`, the change of every entry, in (0, 1]. For Xavier-uniform weights
         the relative change is :math:`\eta` over the entries' r.m.s., i.e.
         :math:`\eta\sqrt d` for a d x d matrix and :math:`\eta\sqrt{5d/2}` for
         :math:`W_1, W_2`.
@@ -247,6 +247,9 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
     """
     directions = as_count(directions, "directions", 1, 10**4)
     size = as_positive_float(size, "size")
+    if size > 1.0:
+        raise ValueError(f"size must be a small step, at most 1 (the weights' entries are "
+                         f"of order 1/sqrt(d)); got {size!r}")
     as_choice(kind, "kind", ("sign", "random"))
     depths = _check_depths(depths)
     for L in depths:

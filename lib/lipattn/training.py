@@ -188,7 +188,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     ----------
     variant : {"post", "pre"}
     lr : float or sequence of float
-        Peak learning rate of each run (finite, > 0; not bool or str).
+        Peak learning rate of each run, in (0, 1] (not bool or str).
     warmup : int or sequence of int
         Linear warm-up length in steps of each run (0: none).
     seed : int or sequence of int
@@ -215,10 +215,12 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         raise ValueError(f"lr, warmup, seed must give at most 1e4 runs; got {R}")
     lrs, warm, seeds = (_as_runs(n, v, R) for n, v in
                         (("lr", lr), ("warmup", warmup), ("seed", seed)))
-    if np.any(lrs <= 0) or not np.all(np.isfinite(lrs)):
-        raise ValueError(f"lr must be finite and positive; got {lr!r}")
-    if not np.all(np.isfinite(warm)) or np.any(warm < 0) or np.any(warm != np.round(warm)):
-        raise ValueError(f"warmup must be non-negative integers; got {warmup!r}")
+    if np.any(lrs <= 0) or np.any(lrs > 1) or not np.all(np.isfinite(lrs)):
+        raise ValueError(f"lr must be in (0, 1] (Adam moves every entry by about lr per "
+                         f"step); got {lr!r}")
+    if not np.all(np.isfinite(warm)) or np.any(warm < 0) or np.any(warm != np.round(warm)) \
+            or np.any(warm > 10**8):
+        raise ValueError(f"warmup must be integers in [0, 1e8]; got {warmup!r}")
     if not np.all(np.isfinite(seeds)) or np.any(seeds < 0) or np.any(seeds != np.round(seeds)) \
             or np.any(seeds >= 2**63):
         raise ValueError(f"seed must be non-negative integers; got {seed!r}")
