@@ -154,12 +154,11 @@ def check_params(params: Any, name: str = "params") -> int:
 def _check(params: Any, X: Any, variant: Any) -> np.ndarray:
     as_choice(variant, "variant", VARIANTS)
     d = check_params(params)
-    arr = np.asarray(X) if not isinstance(X, (str, bytes)) else X
-    checked = as_real_array(arr, "X", min_ndim=2)
+    checked = as_real_array(X, "X", min_ndim=2)
     if checked.shape[-1] != d:
         raise ValueError(f"X must have shape (..., N, d) with d = {d} to match params; "
                          f"got shape {checked.shape}")
-    return arr if arr.dtype == np.float32 else checked
+    return X if isinstance(X, np.ndarray) and X.dtype == np.float32 else checked
 
 
 # ---------------------------------------------------------------------------
