@@ -30,6 +30,7 @@ __all__ = [
     "as_bool",
     "as_choice",
     "safe_norm",
+    "scale_of",
     "safe_product",
     "check_unmasked",
     "MAX_COUNT",
@@ -246,21 +247,42 @@ def as_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def safe_norm(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+def scale_of(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """The power of two at least ``max |x|`` (over ``axis``), 1 where that is 0.
+
+    Dividing by it is exact (no rounding, barring subnormals), so a routine run on
+    ``x / scale_of(x)`` and multiplied back gives bit for bit the result of the
+    unscaled run wherever that one neither overflows nor underflows. A float for
+    ``axis=None`` without ``keepdims``, else an array.
+    """
+    m = np.max(np.abs(np.asarray(x, dtype=float)), axis=axis, keepdims=keepdims)
+    out = np.where(m > 0, np.ldexp(1.0, np.frexp(m)[1]), 1.0)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def safe_norm(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Any:
     r"""Euclidean norm that neither overflows nor underflows for any finite ``x``.
 
-    Scales by the largest absolute entry before squaring (as LAPACK's ``dnrm2``),
-    so ``safe_norm(c * x) == c * safe_norm(x)`` up to rounding for every
-    :math:`c > 0` with finite :math:`c x`. No validation (an internal helper).
+    ``numpy.linalg.norm`` where its result lies in :math:`(10^{-150}, 10^{150})`
+    (then no square overflows or loses digits, and ordinary inputs give exactly
+    numpy's value); elsewhere computed on ``x`` divided by a power of two near
+    its largest entry (as LAPACK's ``dnrm2``). So ``safe_norm(c * x)`` is
+    ``c * safe_norm(x)`` up to rounding for every finite ``c * x``; ``inf`` only
+    where the norm itself exceeds the float64 range. No validation (internal).
     """
     x = np.asarray(x, dtype=float)
-    m = np.max(np.abs(x), axis=axis, keepdims=True)
-    m = np.where(m > 0, m, 1.0)
-    with np.errstate(over="ignore"):  # x/m is subnormal-safe: |x/m| <= 1
-        r = m * np.sqrt(np.sum((x / m) ** 2, axis=axis, keepdims=True))
+    with np.errstate(over="ignore", under="ignore"):
+        r = np.linalg.norm(x, axis=axis, keepdims=keepdims)
+    ok = (r > 1e-150) & (r < 1e150)
+    if np.all(ok | (r == 0) & ~np.any(x, axis=axis, keepdims=keepdims)):
+        return r if np.ndim(r) else float(r)
+    m = scale_of(x, axis=axis, keepdims=True)
+    with np.errstate(over="ignore"):  # |x/m| <= 1; the product overflows only if the norm does
+        scaled = m * np.sqrt(np.sum((x / m) ** 2, axis=axis, keepdims=True))
     if not keepdims:
-        r = np.squeeze(r, axis=axis) if axis is not None else r.reshape(())
-    return r if r.ndim else r[()]
+        scaled = np.squeeze(scaled, axis=axis) if axis is not None else scaled.reshape(())
+    out = np.where(ok, r, scaled)
+    return out if np.ndim(out) else float(out)
 
 
 def as_bool(value: Any, name: str) -> bool:

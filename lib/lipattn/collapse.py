@@ -38,6 +38,7 @@ from ._validate import (
     as_real_array,
     as_seed,
     safe_product,
+    scale_of,
 )
 from .attention import attention_matrix, check_attention_args
 
@@ -80,8 +81,7 @@ def spectral_2norm(A: Any) -> np.ndarray:
 
 def _top_singular_value(A: np.ndarray) -> np.ndarray:
     """:func:`spectral_2norm` without validation; raises if the result overflows."""
-    c = np.max(np.abs(A), axis=(-2, -1), keepdims=True)
-    c = np.where(c > 0, c, 1.0)
+    c = scale_of(A, axis=(-2, -1), keepdims=True)
     A = A / c
     G = A @ np.swapaxes(A, -1, -2) if A.shape[-2] <= A.shape[-1] else np.swapaxes(A, -1, -2) @ A
     s = np.sqrt(np.maximum(np.linalg.eigvalsh(G)[..., -1], 0.0))
@@ -148,8 +148,7 @@ def diameter(X: Any) -> np.ndarray:
     """
     X = as_real_array(X, "X", min_ndim=2)
     # Divided by the largest entry, so that the squared distances cannot overflow.
-    c = np.max(np.abs(X), axis=(-2, -1), keepdims=True)
-    c = np.where(c > 0, c, 1.0)
+    c = scale_of(X, axis=(-2, -1), keepdims=True)
     R = X / c
     R = R - R.mean(axis=-2, keepdims=True)
     diff = R[..., :, None, :] - R[..., None, :, :]
@@ -201,8 +200,7 @@ def cubic_constant(W_Q: Any, W_K: Any, W_V: Any) -> float:
     _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
     # ||W_Q W_K^T|| and ||W_V|| from the weights divided by their largest entries,
     # so that the product W_Q W_K^T neither overflows nor underflows.
-    q = float(np.max(np.abs(W_Q))) or 1.0
-    k = float(np.max(np.abs(W_K))) or 1.0
+    q, k = scale_of(W_Q), scale_of(W_K)
     a = float(_top_singular_value((W_Q / q) @ (W_K / k).T))
     v = float(_top_singular_value(W_V))
     return safe_product(q, k, a, v, 1.0 / (2.0 * math.sqrt(W_Q.shape[1])),
@@ -229,7 +227,7 @@ def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
     R, W_Q, W_K, W_V = check_attention_args(R, W_Q, W_K, W_V, x_name="R")
     # Cubic in R: computed from R, W_Q, W_K, W_V divided by their largest entries,
     # with the scale put back once, so that no intermediate product overflows.
-    r, q, k, v = (float(np.max(np.abs(M))) or 1.0 for M in (R, W_Q, W_K, W_V))
+    r, q, k, v = (scale_of(M) for M in (R, W_Q, W_K, W_V))
     R = R / r
     R = R - R.mean(axis=-2, keepdims=True)
     A = (W_Q / q) @ (W_K / k).T / math.sqrt(W_Q.shape[1])

@@ -62,6 +62,7 @@ from ._validate import (
     as_tol,
     safe_norm,
     safe_product,
+    scale_of,
 )
 from .attention import _finite_logits, check_attention_args
 from .softmax import softmax, softmax_jacobian_norm
@@ -451,9 +452,7 @@ def local_lipschitz_bound_terms(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> BoundTe
     P = softmax(S, axis=-1)
     # X = x Xs and A = a As with Xs, As of order 1, so that the squares of the
     # keys term and the variances neither overflow nor underflow.
-    x = float(np.max(np.abs(X))) or 1.0
-    q = float(np.max(np.abs(W_Q))) or 1.0
-    k = float(np.max(np.abs(W_K))) or 1.0
+    x, q, k = scale_of(X), scale_of(W_Q), scale_of(W_K)
     Xs = X / x
     As = ((W_Q / q) @ (W_K / k).T) / math.sqrt(W_Q.shape[1])
     nv = float(np.linalg.norm(W_V, 2))
@@ -919,9 +918,9 @@ def sink_tokens(R: float, N: int, u: Any) -> np.ndarray:
     if N * u.size > 10**8:
         raise ValueError(f"N * len(u) must be at most 1e8 (memory); got N = {N}, "
                          f"len(u) = {u.size}")
-    m = float(np.max(np.abs(u)))
-    if m == 0.0:
+    if not np.any(u):
         raise ValueError("u must be a non-zero vector; got all zeros")
+    m = scale_of(u)
     u = (u / m) / float(safe_norm(u / m))  # scale-invariant: u and c u give one direction
     X = np.tile(0.5 * R * u, (N, 1))
     X[0] = R * u

@@ -35,6 +35,7 @@ from ._validate import (
     as_seed,
     as_tol,
     safe_norm,
+    scale_of,
 )
 
 __all__ = [
@@ -90,8 +91,8 @@ def _unit(x: np.ndarray, name: str) -> tuple[np.ndarray, float]:
         return x, 0.0
     if not np.isfinite(nrm):
         raise ValueError(f"A must have a representable norm; ||{name}|| overflows float64")
-    m = float(np.max(np.abs(x)))
-    return (x / m) / (nrm / m), nrm  # two divisions: exact scaling, no subnormal loss
+    m = scale_of(x)
+    return (x / m) / (nrm / m), nrm  # exact scaling first, so no subnormal loss
 
 
 def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0, *,
@@ -201,9 +202,9 @@ def _unit_scaled(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | 
     """
     op, arr = _as_operator(A, name)
     if arr is not None:
-        c = float(np.max(np.abs(arr)))
-        if c == 0.0:
+        if not np.any(arr):
             return op, arr, 0.0
+        c = scale_of(arr)  # a power of two: ordinary inputs give bit-identical results
         arr = arr / c
         return aslinearoperator(arr), arr, c
     v = np.random.default_rng(12345).standard_normal(min(op.shape))
@@ -211,7 +212,8 @@ def _unit_scaled(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | 
     c = _unit(np.asarray(probe, dtype=float).ravel(), f"{name} v")[1] / float(safe_norm(v))
     if c == 0.0:
         return op, None, 1.0
-    return op * (1.0 / c), None, c
+    c = scale_of(c)
+    return (op * (1.0 / c), None, c) if c != 1.0 else (op, None, c)
 
 
 def _rescaled(s: float, c: float) -> float:
