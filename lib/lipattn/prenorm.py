@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._blas import single_threaded
-from ._validate import as_choice, as_count, as_positive_float, as_real_array
+from ._validate import as_choice, as_count, as_positive_float, as_real_array, scale_of
 from .transformer import MATRICES, _backward, _forward, init_params, stack_params
 
 __all__ = ["InitProfile", "init_profile", "last_layer_gradients", "fit_power",
@@ -197,7 +197,7 @@ def fit_log(x, y) -> tuple[float, float, float]:
         Slope, intercept, and the r.m.s. residual divided by the mean of ``y``.
     """
     x, y = _check_fit(x, y, y_positive=False)
-    c = float(np.max(np.abs(y))) or 1.0  # fit y / c, so that no square overflows
+    c = scale_of(y)  # fit y / c (a power of two: exact), so that no square overflows
     ys = y / c
     if not np.mean(ys) > 0:
         raise ValueError(f"y must have a positive mean (the residual is relative to it); "
