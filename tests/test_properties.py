@@ -428,3 +428,10 @@ def test_gradient_check_rejects_meaningless_steps():
     for h in (1e-300, 0.0):
         with pytest.raises(ValueError, match="^h must"):
             sensitivity.stack_jacobian(PARAMS, X, variant="pre", h=h)
+
+
+def test_zero_operator_has_norm_zero():
+    op = aslinearoperator(np.zeros((30, 20)))
+    assert spectral.spectral_norm(op) == 0.0
+    assert spectral.lanczos_cost(op, 1e-8) == (0, 0.0)
+    assert spectral.spectral_norm(np.zeros((600, 500))) == 0.0

@@ -174,7 +174,9 @@ def spectral_norm(A: Any, tol: float = 1e-10) -> float:
     -------
     float
         Scale-invariant: ``spectral_norm(c * A) == c * spectral_norm(A)`` up to
-        rounding for every c > 0 with finite ``c * A``.
+        rounding for every c > 0 with finite ``c * A``. For a LinearOperator
+        that maps a fixed generic vector to 0 the result is 0 (with probability
+        one the operator is zero; ARPACK could not start from such a vector).
     """
     op, arr, c = _unit_scaled(A)
     tol = as_tol(tol)
@@ -194,11 +196,15 @@ def spectral_norm(A: Any, tol: float = 1e-10) -> float:
 def _unit_scaled(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | None, float]:
     """``(A / c, dense A / c or None, c)`` with ``A / c`` of order 1, validated.
 
-    An array is divided by its largest entry. An operator's scale is taken from
-    one product with a fixed random vector, ``c = ||A v|| / ||v||`` (at most
-    sigma_1), so that Lanczos on the Gram operator neither overflows nor
-    underflows. ``c = 0`` for an array of zeros or an operator that maps the
-    probe to 0 (then the operator is returned unscaled).
+    An array is divided by the power of two at or above its largest entry. An
+    operator's scale is the power of two at or above ``||A v|| / ||v||`` for one
+    fixed random vector v (about sigma_1 or less), so that Lanczos on the Gram
+    operator neither overflows nor underflows. Powers of two scale exactly, so
+    ordinary inputs give bit for bit the unscaled results. ``c = 0`` for an
+    array of zeros, or an operator that maps the (generic) probe vector to 0,
+    which with probability one means the zero operator (its null space would
+    have to contain that fixed random vector); then the operator is returned
+    unscaled and its norm is 0.
     """
     op, arr = _as_operator(A, name)
     if arr is not None:
@@ -211,7 +217,7 @@ def _unit_scaled(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | 
     probe = op.rmatvec(v) if op.shape[0] < op.shape[1] else op.matvec(v)
     c = _unit(np.asarray(probe, dtype=float).ravel(), f"{name} v")[1] / float(safe_norm(v))
     if c == 0.0:
-        return op, None, 1.0
+        return op, None, 0.0
     c = scale_of(c)
     return (op * (1.0 / c), None, c) if c != 1.0 else (op, None, c)
 
