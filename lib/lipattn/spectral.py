@@ -84,7 +84,8 @@ def _as_operator(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | 
 
 def _unit(x: np.ndarray, name: str) -> tuple[np.ndarray, float]:
     """``(x / ||x||, ||x||)`` without overflow or underflow; ``(x, 0)`` for x = 0."""
-    nrm = float(np.linalg.norm(x))
+    with np.errstate(over="ignore"):  # huge entries take the scaled path below
+        nrm = float(np.linalg.norm(x))
     if 1e-150 < nrm < 1e150:  # the fast path of every ordinary step: no square is lost
         return x / nrm, nrm
     if not np.all(np.isfinite(x)):
