@@ -670,7 +670,7 @@ def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
     s : float
         Centred norm, finite and non-negative.
     grid : int
-        Angles per circle, in [16, 10000].
+        Angles per circle, in [16, 10000], with (T-1)(T-2)/2 * grid <= 2e7.
 
     Returns
     -------
@@ -683,6 +683,10 @@ def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
         raise ValueError(f"T must be at most 200 for the search; got {T}")
     s = as_positive_float(s, "s", allow_zero=True)
     grid = as_count(grid, "grid", 16, 10**4)
+    triples = (T - 1) * (T - 2) // 2
+    if triples * grid > 2 * 10**7:
+        raise ValueError(f"T and grid must have (T-1)(T-2)/2 * grid <= 2e7 (memory of the "
+                         f"scan); got T = {T}, grid = {grid}")
     if T == 2:
         return float(entropy_floor(2, s))
     n = np.array([(a, b, T - a - b) for a in range(1, T - 1) for b in range(1, T - a)],
