@@ -86,7 +86,7 @@ class TrainResult:
         "pos", "unembed", "variant"}``; ``blocks`` is a params list for
         :func:`lipattn.transformer.forward`."""
         R = self.lr.size
-        if not isinstance(i, (int, np.integer)) or not -R <= i < R:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -R <= i < R:
             raise ValueError(f"i must be an int in [-{R}, {R - 1}]; got {i!r}")
         blocks = [{k: v if k == "heads" else
                    v[i].reshape(v.shape[-2:] if k.startswith("W_") else (-1,))
@@ -153,9 +153,15 @@ def model_forward(model: dict[str, Any], tokens: Any) -> np.ndarray:
     logits : ndarray, shape (..., n_tokens, vocab)
     """
     from .transformer import forward
+    keys = ("blocks", "embed", "pos", "unembed", "variant")
+    if not isinstance(model, dict) or any(k not in model for k in keys):
+        raise TypeError(f"model must be a dict with keys {keys} (from TrainResult.run); got "
+                        f"{type(model).__name__}")
+    if isinstance(tokens, (str, bytes)) or tokens is None:
+        raise TypeError(f"tokens must be an int array; got {type(tokens).__name__}")
     tokens = np.asarray(tokens)
     vocab, n = model["embed"].shape[0], model["pos"].shape[0]
-    if not np.issubdtype(tokens.dtype, np.integer) or tokens.ndim < 1 \
+    if not np.issubdtype(tokens.dtype, np.integer) or tokens.ndim < 1 or tokens.size == 0 \
             or tokens.shape[-1] != n or tokens.min() < 0 or tokens.max() >= vocab:
         raise ValueError(f"tokens must be ints in [0, {vocab}) with last axis {n}; "
                          f"got shape {tokens.shape}")
