@@ -166,5 +166,5 @@ def test_transformer_shortcut_survives_overflowing_squares():
     y32, _ = _ln(x32, 1e-5)
     assert y32.dtype == np.float32
     np.testing.assert_allclose(y32, layer_norm(x32.astype(float)), rtol=1e-6)
-    with pytest.raises(ValueError, match="hidden states must stay finite"):
+    with pytest.raises(ValueError, match="^params and X must keep the hidden states finite"):
         _ln(np.array([[np.inf, 1.0]]), 1e-5)

@@ -75,8 +75,9 @@ def _ln(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
         var = np.mean(c * c, axis=-1, keepdims=True)
     if not np.all(np.isfinite(var)):  # one check per row, not per entry
         if not np.all(np.isfinite(x)):
-            raise ValueError("the hidden states must stay finite; they overflow the "
-                             f"{x.dtype} range (expected inputs and weights of moderate size)")
+            raise ValueError("params and X must keep the hidden states finite; they overflow "
+                             f"the {x.dtype} range (expected inputs and weights of moderate "
+                             "size)")
         y, s = _ln_scaled(x, eps)
         inv_s = (1.0 / s).astype(x.dtype, copy=False)
         return y.astype(x.dtype, copy=False), inv_s

@@ -238,9 +238,9 @@ def _attn_fwd(H, p):
     with np.errstate(over="ignore", invalid="ignore"):
         S = (Q @ np.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(Q.shape[-1]))
     if not np.all(np.isfinite(S)):
-        raise ValueError(f"the attention logits must be finite; they overflow the {S.dtype} "
-                         "range (X or the hidden states are too large for this variant; "
-                         "only Pre-LN normalises them before attention)")
+        raise ValueError(f"params and X must keep the attention logits finite; they overflow "
+                         f"the {S.dtype} range (X or the hidden states are too large for this "
+                         "variant; only Pre-LN normalises them before attention)")
     P = softmax(S, axis=-1).astype(H.dtype, copy=False)
     A = _merge(P @ V)
     return _linear(A, p["W_O"]) + p["b_O"], (H, Q, K, V, P, A)
@@ -307,6 +307,23 @@ def _forward(params, X, variant, keep=True):
     return X, (caches, final), stream
 
 
+def _finite(arrays, what: str):
+    """Raise a clear error unless every array is finite (after an overflow)."""
+    for a in arrays:
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"params and X must keep the {what} finite; they overflow the "
+                             f"{a.dtype} range (expected weights and inputs of moderate size)")
+
+
+def _forward_checked(params, X, variant, keep=True):
+    """:func:`_forward` for the public functions: overflow becomes a clear ValueError
+    instead of warnings and inf/NaN outputs (training calls ``_forward`` itself)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = _forward(params, X, variant, keep)
+    _finite([out[0], *out[2]], "hidden states")
+    return out
+
+
 def _backward(params, caches, grad_out, variant):
     """Returns (grads, grad_X, dstream): dstream[l] is the gradient at stream[l]."""
     layer_caches, final = caches
@@ -351,7 +368,7 @@ def forward(params: Any, X: Any, *, variant: str) -> np.ndarray:
         float32 if ``X`` and the parameters are float32, else float64.
     """
     X = _check(params, X, variant)
-    return _forward(params, X, variant, keep=False)[0]
+    return _forward_checked(params, X, variant, keep=False)[0]
 
 
 def backward(params: Any, X: Any, grad_out: Any, *, variant: str
@@ -376,10 +393,13 @@ def backward(params: Any, X: Any, grad_out: Any, *, variant: str
     """
     X = _check(params, X, variant)
     G = as_real_array(grad_out, "grad_out", min_ndim=2)
-    _, caches, _ = _forward(params, X, variant)
+    _, caches, _ = _forward_checked(params, X, variant)
     if G.shape != X.shape:
         raise ValueError(f"grad_out must have the output's shape {X.shape}; got {G.shape}")
-    return _backward(params, caches, G.astype(X.dtype, copy=False), variant)[:2]
+    with np.errstate(over="ignore", invalid="ignore"):
+        grads, gX = _backward(params, caches, G.astype(X.dtype, copy=False), variant)[:2]
+    _finite([gX, *(g[k] for g in grads for k in PARAM_NAMES)], "gradients")
+    return grads, gX
 
 
 def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
@@ -393,7 +413,7 @@ def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
         residual stream's growth.
     """
     X = _check(params, X, variant)
-    return _forward(params, X, variant, keep=False)[2]
+    return _forward_checked(params, X, variant, keep=False)[2]
 
 
 def attention_inputs(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
@@ -415,7 +435,7 @@ def attention_inputs(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
     inputs : list of L ndarrays, shape (..., N, d)
     """
     X = _check(params, X, variant)
-    return [layer[0][0] for layer in _forward(params, X, variant)[1][0]]
+    return [layer[0][0] for layer in _forward_checked(params, X, variant)[1][0]]
 
 
 def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
