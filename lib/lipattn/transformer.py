@@ -366,6 +366,15 @@ def forward(params: Any, X: Any, *, variant: str) -> np.ndarray:
     Y : ndarray, shape (..., N, d)
         The last layer's output; for ``"pre"``, after the final LayerNorm.
         float32 if ``X`` and the parameters are float32, else float64.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad ``params`` (naming the entry, e.g. ``params[0]['b_1']``), ``X`` or
+        ``variant``; and a ValueError where the attention logits or the hidden
+        states overflow the dtype. Pre-LN handles any finite ``X`` (its LayerNorms
+        rescale rows whose squares would overflow); Post-LN's logits grow like
+        ``|X|^2``, so it raises for ``|X|`` beyond about 1e154.
     """
     X = _check(params, X, variant)
     return _forward_checked(params, X, variant, keep=False)[0]
