@@ -372,7 +372,7 @@ def forward(params: Any, X: Any, *, variant: str) -> np.ndarray:
     TypeError, ValueError
         Bad ``params`` (naming the entry, e.g. ``params[0]['b_1']``), ``X`` or
         ``variant``; and a ValueError where the attention logits or the hidden
-        states overflow the dtype. Pre-LN handles any finite ``X`` (its LayerNorms
+        states overflow the dtype. Pre-LN handles ``X`` of any size within the range (its LayerNorms
         rescale rows whose squares would overflow); Post-LN's logits grow like
         ``|X|^2``, so it raises for ``|X|`` beyond about 1e154.
     """
