@@ -435,3 +435,26 @@ def test_zero_operator_has_norm_zero():
     assert spectral.spectral_norm(op) == 0.0
     assert spectral.lanczos_cost(op, 1e-8) == (0, 0.0)
     assert spectral.spectral_norm(np.zeros((600, 500))) == 0.0
+
+
+@pytest.mark.parametrize("c", SCALES)
+def test_relu_network_norms_are_scale_invariant(c):
+    """The bias-free ReLU network is positively homogeneous in each weight: scaling
+    one weight by c scales every Jacobian norm and both bounds by c."""
+    r = np.random.default_rng(4)
+    ws = [r.standard_normal((3, 4)), r.standard_normal((4, 4)), r.standard_normal((4, 2))]
+    Xs = r.standard_normal((6, 3))
+    ref = (spectral.product_bound(ws), spectral.relu_mlp_jacobian_norms(ws, Xs),
+           spectral.pattern_bound(ws))
+    scaled = [ws[0], c * ws[1], ws[2]]
+    assert _quiet(spectral.product_bound, scaled) == pytest.approx(c * ref[0], rel=1e-13)
+    np.testing.assert_allclose(_quiet(spectral.relu_mlp_jacobian_norms, scaled, c * Xs),
+                               c * ref[1], rtol=1e-12, atol=0)
+    assert _quiet(spectral.pattern_bound, scaled) == pytest.approx(c * ref[2], rel=1e-12)
+
+
+def test_dobrushin_rejects_non_stochastic_rows():
+    with pytest.raises(ValueError, match="^P must be row-stochastic"):
+        collapse.dobrushin(np.array([[0.5, 0.6], [0.5, 0.5]]))
+    with pytest.raises(ValueError, match="^P must be row-stochastic"):
+        collapse.dobrushin(np.array([[1.5, -0.5], [0.5, 0.5]]))

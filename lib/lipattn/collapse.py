@@ -168,7 +168,7 @@ def dobrushin(P: Any) -> np.ndarray:
     Parameters
     ----------
     P : array_like, shape (..., N, N)
-        Rows are probability vectors (not checked beyond finiteness).
+        Row-stochastic: non-negative entries, each row summing to 1 within 1e-6.
 
     Returns
     -------
@@ -177,6 +177,11 @@ def dobrushin(P: Any) -> np.ndarray:
     P = as_real_array(P, "P", min_ndim=2)
     if P.shape[-1] != P.shape[-2]:
         raise ValueError(f"P must have shape (..., N, N); got shape {P.shape}")
+    sums = P.sum(axis=-1)
+    if np.any(P < 0) or np.any(np.abs(sums - 1.0) > 1e-6):
+        raise ValueError("P must be row-stochastic (non-negative rows summing to 1 within "
+                         f"1e-6); got row sums in [{sums.min():.6g}, {sums.max():.6g}] and "
+                         f"smallest entry {P.min():.6g}")
     diff = np.abs(P[..., :, None, :] - P[..., None, :, :]).sum(axis=-1)
     return 0.5 * diff.max(axis=(-2, -1))
 

@@ -35,6 +35,7 @@ from ._validate import (
     as_seed,
     as_tol,
     safe_norm,
+    safe_product,
     scale_of,
 )
 
@@ -532,6 +533,27 @@ def _check_weights(weights: Any) -> list[np.ndarray]:
     return ws
 
 
+def _scaled_weights(ws: list[np.ndarray]) -> tuple[list[np.ndarray], list[float]]:
+    """Each weight divided by a power of two near its largest entry, and those powers.
+
+    The bias-free ReLU network is positively homogeneous in each weight, so its
+    activation pattern is unchanged and its Jacobian is the product of the
+    powers times the Jacobian of the scaled network (no overflow in between).
+    """
+    scale = [scale_of(w) for w in ws]
+    return [w / c for w, c in zip(ws, scale, strict=True)], scale
+
+
+def _times(values: Any, scale: list[float]) -> Any:
+    """``values * prod(scale)``, or a clear error where that overflows float64."""
+    f = safe_product(*scale, name="weights", what="Jacobian norms")
+    out = np.asarray(values) * f if f else np.zeros_like(values)
+    if not np.all(np.isfinite(out)):
+        raise ValueError("weights must give Jacobian norms representable in float64; "
+                         "they overflow")
+    return out
+
+
 def product_bound(weights: Any) -> float:
     r"""The composition bound :math:`\prod_l \|W_l\|_2` for the bias-free ReLU
     network :math:`x \mapsto \mathrm{relu}(\cdots\mathrm{relu}(x W_1)\cdots) W_L`
@@ -545,7 +567,8 @@ def product_bound(weights: Any) -> float:
     -------
     float
     """
-    return float(np.prod([np.linalg.norm(w, 2) for w in _check_weights(weights)]))
+    norms = [float(np.linalg.norm(w, 2)) for w in _check_weights(weights)]
+    return safe_product(*norms, name="weights", what="a product of norms")
 
 
 def relu_mlp_jacobian_norms(weights: Any, X: Any) -> np.ndarray:
@@ -564,16 +587,17 @@ def relu_mlp_jacobian_norms(weights: Any, X: Any) -> np.ndarray:
     -------
     ndarray, shape (M,)
     """
-    ws = _check_weights(weights)
+    ws, scale = _scaled_weights(_check_weights(weights))
     X = as_real_array(X, "X", ndim=2)
     if X.shape[1] != ws[0].shape[0]:
         raise ValueError(f"X must have {ws[0].shape[0]} columns; got shape {X.shape}")
+    X = X / scale_of(X)  # the activation pattern is invariant under positive scaling
     h = X @ ws[0]
     J = np.broadcast_to(ws[0], (X.shape[0], *ws[0].shape))
     for w in ws[1:]:
         J = (J * (h > 0)[:, None, :]) @ w
         h = np.maximum(h, 0.0) @ w
-    return np.linalg.norm(J, 2, axis=(1, 2))
+    return _times(np.linalg.norm(J, 2, axis=(1, 2)), scale)
 
 
 def pattern_bound(weights: Any) -> float:
@@ -590,7 +614,7 @@ def pattern_bound(weights: Any) -> float:
     -------
     float
     """
-    ws = _check_weights(weights)
+    ws, scale = _scaled_weights(_check_weights(weights))
     widths = [w.shape[1] for w in ws[:-1]]
     if sum(widths) > 16:
         raise ValueError(f"weights must have hidden widths totalling at most 16 for the "
@@ -602,7 +626,7 @@ def pattern_bound(weights: Any) -> float:
     for w, width in zip(ws[1:], widths, strict=True):
         J = (J * bits[:, None, start:start + width]) @ w
         start += width
-    return float(np.max(np.linalg.norm(J, 2, axis=(1, 2))))
+    return float(_times(np.max(np.linalg.norm(J, 2, axis=(1, 2))), scale))
 
 
 # --------------------------------------------------------------------------
