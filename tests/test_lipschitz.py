@@ -557,3 +557,23 @@ def test_sublayer_constants_of_multi_head_layers():
             assert c.exact[l_, b] == pytest.approx(np.linalg.norm(J, 2), rel=1e-6)
             assert c.bound[l_, b] >= c.exact[l_, b]
     assert np.all((c.top_weight > 1 / 4) & (c.top_weight <= 1))
+
+
+def test_bounds_that_overflow_raise_naming_the_arguments():
+    rng = np.random.default_rng(0)
+    X, Q, K, V = rng.standard_normal((4, 3, 3))
+    with pytest.raises(ValueError, match="^X, W_Q, W_K, W_V and C must give a card formula"):
+        lipschitz.card_bound(1e200 * X, 1e200 * Q, K, V)
+    # intermediate products overflow, the value does not
+    big = lipschitz.card_bound(X, 1e200 * Q, 1e-200 * K, V)
+    assert big == pytest.approx(lipschitz.card_bound(X, Q, K, V), rel=1e-13)
+
+
+def test_sublayer_constants_names_input_scale():
+    from lipattn.transformer import init_params
+    p = init_params(1, 4, seed=0)
+    X = np.random.default_rng(1).standard_normal((2, 4))
+    with pytest.raises(ValueError, match="^input_scale must keep the attention logits"):
+        lipschitz.sublayer_constants(p, X, variant="post", input_scale=1e200)
+    with pytest.raises(ValueError, match="^tol must"):
+        lipschitz.sublayer_constants(p, X, variant="pre", tol=1e300)

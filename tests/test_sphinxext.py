@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from lipattn.sphinxext import inputs_hash
 
 
@@ -118,3 +120,15 @@ def test_pages_can_declare_their_own_language(tmp_path: Path):
     assert '<html lang="zh-Hans"' in page
     index = (out / "index.html").read_text()
     assert '<html lang="en"' in index
+
+
+def test_inputs_hash_rejects_a_string_and_missing_paths(tmp_path: Path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "a.py").write_text("x = 1\n")
+    with pytest.raises(TypeError, match="^watch must be a list"):
+        inputs_hash(tmp_path, "lib")  # would hash the letters 'l', 'i', 'b'
+    with pytest.raises(ValueError, match=r"^watch\[1\] must exist"):
+        inputs_hash(tmp_path, ["lib", "requirements.txt"])
+    with pytest.raises(ValueError, match="^root must be an existing directory"):
+        inputs_hash(tmp_path / "nope", ["lib"])
+    assert inputs_hash(str(tmp_path), ["lib"]) == inputs_hash(tmp_path, ["lib"])

@@ -75,8 +75,11 @@ def _masked(S: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     return S if mask is None else np.where(mask, S, -np.inf)
 
 
+_NOT_GIVEN: Any = object()
+
+
 def check_attention_args(
-    X: Any, W_Q: Any, W_K: Any, W_V: Any | None = None
+    X: Any, W_Q: Any, W_K: Any, W_V: Any = _NOT_GIVEN, *, x_name: str = "X"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Validate the arguments of an attention function and return them as arrays.
 
@@ -87,7 +90,10 @@ def check_attention_args(
     W_Q, W_K : array_like, shape (d, d_k)
         Query and key weights, finite, with the same shape.
     W_V : array_like, shape (d, d_v), optional
-        Value weights, finite.
+        Value weights, finite. Omit it for functions without values; passed
+        (``None`` included), it must be an array.
+    x_name : str, default "X"
+        The caller's name for ``X``, used in the messages (e.g. ``"R"``).
 
     Returns
     -------
@@ -99,20 +105,21 @@ def check_attention_args(
     TypeError, ValueError
         Naming the argument and the expected shape.
     """
-    X = as_real_array(X, "X", min_ndim=2)
+    X = as_real_array(X, x_name, min_ndim=2)
     d = X.shape[-1]
     W_Q = as_real_array(W_Q, "W_Q", ndim=2)
     W_K = as_real_array(W_K, "W_K", ndim=2)
     if W_Q.shape[0] != d:
-        raise ValueError(f"W_Q must have shape (d, d_k) = ({d}, d_k) to match X of shape "
-                         f"{X.shape}; got shape {W_Q.shape}")
+        raise ValueError(f"W_Q must have shape (d, d_k) = ({d}, d_k) to match {x_name} of "
+                         f"shape {X.shape}; got shape {W_Q.shape}")
     if W_K.shape != W_Q.shape:
         raise ValueError(f"W_K must have the shape of W_Q, {W_Q.shape}; got shape {W_K.shape}")
-    if W_V is not None:
-        W_V = as_real_array(W_V, "W_V", ndim=2)
-        if W_V.shape[0] != d:
-            raise ValueError(f"W_V must have shape (d, d_v) = ({d}, d_v) to match X of "
-                             f"shape {X.shape}; got shape {W_V.shape}")
+    if W_V is _NOT_GIVEN:
+        return X, W_Q, W_K, None
+    W_V = as_real_array(W_V, "W_V", ndim=2)
+    if W_V.shape[0] != d:
+        raise ValueError(f"W_V must have shape (d, d_v) = ({d}, d_v) to match {x_name} of "
+                         f"shape {X.shape}; got shape {W_V.shape}")
     return X, W_Q, W_K, W_V
 
 

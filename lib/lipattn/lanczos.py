@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
-from ._validate import as_int_at_least, as_positive_float, as_real_array
+from ._validate import as_float_in, as_int_at_least, as_real_array
 
 __all__ = ["LipschitzEstimate", "ConvergenceError", "golub_kahan_norm", "jacobian_norm",
            "JacobianOperator", "MAX_STEPS", "MIN_TOL"]
@@ -114,10 +114,8 @@ def _norm(x: np.ndarray) -> float:
 
 
 def _check_tol(tol: Any) -> float:
-    tol = as_positive_float(tol, "tol")
-    if not MIN_TOL <= tol < 1.0:
-        raise ValueError(f"tol must be a relative tolerance in [{MIN_TOL:g}, 1); got {tol!r}")
-    return tol
+    # the shared validator, with the floor below which the residual test cannot be met
+    return as_float_in(tol, "tol", MIN_TOL, 0.5)
 
 
 def _check_seed(seed: Any) -> int:

@@ -65,7 +65,16 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 from scipy.special import lambertw
 
-from ._validate import as_int_at_least, as_positive_float, as_real_array
+from ._validate import (
+    as_choice,
+    as_count,
+    as_int_at_least,
+    as_positive_float,
+    as_real_array,
+    safe_norm,
+    safe_product,
+    scale_of,
+)
 from .attention import _finite_logits, _masked, as_mask, check_attention_args
 from .lanczos import (
     JacobianOperator,
@@ -368,15 +377,25 @@ def local_lipschitz_bound_terms(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> BoundTe
     X, W_Q, W_K, W_V, _ = _check_2d(X, W_Q, W_K, W_V)
     S = _finite_logits(X, W_Q, W_K)
     P = softmax(S, axis=-1)
-    A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
+    # X = x Xs and A = a As with Xs, As of order 1, so that the squares of the
+    # keys term and the variances neither overflow nor underflow.
+    x, q, k = scale_of(X), scale_of(W_Q), scale_of(W_K)
+    Xs = X / x
+    As = ((W_Q / q) @ (W_K / k).T) / math.sqrt(W_Q.shape[1])
     nv = float(np.linalg.norm(W_V, 2))
-    na = float(np.linalg.norm(A, 2))
-    v = _weighted_variance(P, X)
+    na = float(np.linalg.norm(As, 2))
+    v = _weighted_variance(P, Xs)
     jn = softmax_jacobian_norm(S)
     p_norm = math.sqrt(float(np.max(P.sum(axis=0))) * float(np.max(P.sum(axis=1))))
-    keys = math.sqrt(float(np.sum(np.sum((X @ A) ** 2, axis=1) * jn * v)))
-    terms = (nv * p_norm, nv * na * float(np.max(v)), nv * keys)
-    return BoundTerms(*terms, total=float(sum(terms)))
+    keys = float(safe_norm(safe_norm(Xs @ As, axis=1) * np.sqrt(jn * v)))
+    name, what = "X, W_Q, W_K, W_V", "a local bound"
+    terms = (nv * p_norm,
+             safe_product(nv, na, q, k, x, x, float(np.max(v)), name=name, what=what),
+             safe_product(nv, keys, q, k, x, x, name=name, what=what))
+    total = math.fsum(terms)
+    if not math.isfinite(total):
+        raise ValueError(f"{name} must give {what} representable in float64; it overflows")
+    return BoundTerms(*terms, total=total)
 
 
 def _weighted_variance(P: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -471,8 +490,10 @@ def card_bound(X: Any, W_Q: Any, W_K: Any, W_V: Any, C: float = 1.0) -> float:
     """
     X, W_Q, W_K, W_V, _ = _check_2d(X, W_Q, W_K, W_V)
     C = as_positive_float(C, "C")
-    nq, nk, nv = (float(np.linalg.norm(W, 2)) for W in (W_Q, W_K, W_V))
-    return C * nv * (1 + 2 / math.sqrt(W_Q.shape[1]) * nq * nk * float(np.linalg.norm(X, 2)))
+    nq, nk, nv, nx = (float(np.linalg.norm(W, 2)) for W in (W_Q, W_K, W_V, X))
+    name, what = "X, W_Q, W_K, W_V and C", "a card formula"
+    inner = 1.0 + safe_product(2.0 / math.sqrt(W_Q.shape[1]), nq, nk, nx, name=name, what=what)
+    return safe_product(C, nv, inner, name=name, what=what)
 
 
 # --------------------------------------------------------------------------
@@ -484,10 +505,11 @@ def _check_l2(X: Any, W_Q: Any, W_V: Any):
 
 
 def _l2_logits(X: np.ndarray, W_Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    Q = X @ W_Q
-    n = np.sum(Q * Q, axis=-1)
-    S = -(n[..., :, None] + n[..., None, :] - 2 * Q @ np.swapaxes(Q, -1, -2))
-    S = np.minimum(S, 0.0) / math.sqrt(W_Q.shape[1])   # ||q_i - q_j||^2 >= 0
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below
+        Q = X @ W_Q
+        n = np.sum(Q * Q, axis=-1)
+        S = -(n[..., :, None] + n[..., None, :] - 2 * Q @ np.swapaxes(Q, -1, -2))
+        S = np.minimum(S, 0.0) / math.sqrt(W_Q.shape[1])   # ||q_i - q_j||^2 >= 0
     if not np.all(np.isfinite(S)):
         raise ValueError("X and W_Q give L2 logits that overflow float64; "
                          "expected logits of finite size")
@@ -610,7 +632,7 @@ def l2_local_lipschitz(X: Any, W_Q: Any, W_V: Any, *, method: str = "auto",
     method : {"auto", "dense", "lanczos"}
         As in :func:`local_lipschitz`.
     tol : float
-        Relative tolerance of the Lanczos path.
+        Relative tolerance of the Lanczos path, in [1e-15, 0.5].
 
     Returns
     -------
@@ -721,7 +743,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
         Measure at ``input_scale * H`` instead of H (> 0): how the constants of
         the trained weights grow along the ray through the actual inputs.
     tol : float
-        Relative tolerance of :func:`golub_kahan_norm`.
+        Relative tolerance of :func:`golub_kahan_norm`, in [1e-15, 0.5].
 
     Returns
     -------
@@ -730,6 +752,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
     """
     from .transformer import attention_inputs, check_params
 
+    as_choice(variant, "variant", ("post", "pre"))
     check_params(params)
     for i, p in enumerate(params):
         if np.ndim(p["W_Q"]) != 2:
@@ -753,9 +776,14 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
             continue
         W_V = p["W_V"] @ p["W_O"]
         value_norm[l_] = np.linalg.norm(W_V, 2)
-        P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
+        try:
+            P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
+        except ValueError:
+            raise ValueError(f"input_scale must keep the attention logits of layer {l_} "
+                             f"finite; got {input_scale!r}, at which they overflow "
+                             "float64") from None
         out["top_weight"][l_] = P.max(axis=-1).mean(axis=-1)
-        out["radius"][l_] = np.linalg.norm(H, axis=-1).max(axis=-1)
+        out["radius"][l_] = safe_norm(H, axis=-1).max(axis=-1)
         for b, h in enumerate(H):
             out["exact"][l_, b] = local_lipschitz(h, p["W_Q"], p["W_K"], W_V,
                                                   method="lanczos", tol=tol)
@@ -810,8 +838,10 @@ def two_sided_tokens(t: float, N: int = 3, d: int = 2) -> np.ndarray:
     ndarray, shape (N, d)
     """
     t = as_positive_float(t, "t", allow_zero=True)
-    N = as_int_at_least(N, "N", 2)
-    d = as_int_at_least(d, "d", 1)
+    N = as_count(N, "N", 2)
+    d = as_count(d, "d", 1)
+    if N * d > 10**8:
+        raise ValueError(f"N * d must be at most 1e8 (memory); got N = {N}, d = {d}")
     X = np.zeros((N, d))
     X[1:, 0] = t * np.where(np.arange(1, N) % 2 == 1, 1.0, -1.0)
     return X
@@ -838,12 +868,15 @@ def sink_tokens(R: float, N: int, u: Any) -> np.ndarray:
     ndarray, shape (N, d)
     """
     R = as_positive_float(R, "R", allow_zero=True)
-    N = as_int_at_least(N, "N", 1)
+    N = as_count(N, "N", 1)
     u = as_real_array(u, "u", ndim=1)
-    nrm = float(np.linalg.norm(u))
-    if nrm == 0.0:
+    if N * u.size > 10**8:
+        raise ValueError(f"N * len(u) must be at most 1e8 (memory); got N = {N}, "
+                         f"len(u) = {u.size}")
+    if not np.any(u):
         raise ValueError("u must be a non-zero vector; got all zeros")
-    u = u / nrm
+    m = scale_of(u)
+    u = (u / m) / float(safe_norm(u / m))  # scale-invariant: u and c u give one direction
     X = np.tile(0.5 * R * u, (N, 1))
     X[0] = R * u
     return X
