@@ -741,7 +741,7 @@ def kim_l2_bound(N: int, W_Q: Any, W_V: Any, *, form: str = "exact") -> float:
     The exact inverse is :math:`\phi^{-1}(N-1) = W_0((N-1)/e)` with :math:`W_0`
     the principal Lambert function (:func:`kim_phi_inverse`). The paper's text,
     as its public implementations quote it, replaces it by :math:`W_0(N/e)`,
-    which is :math:`\phi^{-1}(N)`: 67 % larger than :math:`\phi^{-1}(N-1)` at N = 2,
+    which is :math:`\phi^{-1}(N)`: 66 % larger than :math:`\phi^{-1}(N-1)` at N = 2,
     so the printed bound is still a bound, 35 % above the exact form at N = 2
     and under 0.1 % above it at N = 256. For several heads see :func:`kim_l2_mha_bound`.
 
