@@ -15,13 +15,17 @@ Regenerate the file (it is small: two 6-layer models with d = 32) with::
     python -m lipattn.pretrained --out x.npz
 
 The file stores the float32 parameters exactly, with the recipe, the numpy
-version and the BLAS configuration that made them (``meta``).
+version and the BLAS configuration that made them (``meta``). The shipped file
+was made with ``OPENBLAS_CORETYPE=Prescott`` (numpy's OpenBLAS, x86-64); on the
+machine that made it, retraining under the Prescott or Sandybridge kernel
+reproduced it bit for bit, and under Haswell it did not.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,7 +76,8 @@ def _meta() -> dict[str, Any]:
     except Exception:  # pragma: no cover - numpy without mode="dicts"
         blas = {}
     return {"format": FORMAT, "recipe": RECIPE, "sizes": SIZES, "numpy": np.__version__,
-            "blas": {k: str(v) for k, v in blas.items()}}
+            "blas": {k: str(v) for k, v in blas.items()},
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
 
 
 def save(models: dict[str, dict[str, Any]], path: str | Path = DATA_FILE) -> Path:
