@@ -74,7 +74,22 @@ def test_box_repeats_the_tables_row():
         assert all(line.startswith(">") for line in box.splitlines())
         assert c.correct in box and f"{{doc}}`{c.chapter}`" in box
         for p in c.parts:
-            assert p.says in box and p.verdict in box
+            assert p.says in box and p.verdict in box and p.size in box
+
+
+def test_one_scale_for_every_verdict():
+    """Every verdict has one definition, the page shows it from the data, and every
+    part says how large its discrepancy is (the verdict says only what kind)."""
+    assert tuple(audit.SCALE) == VERDICTS
+    lines = audit.scale_list().splitlines()
+    assert [line.split("**")[1] for line in lines] == list(VERDICTS)
+    page = (CHAPTERS / "audit.md").read_text(encoding="utf-8")
+    assert "audit.scale_list()" in page
+    for c in CLAIMS:
+        for p in c.parts:
+            assert p.size.strip() and not re.search(r"\d\.\d", p.size), (c.number, p.size)
+    with pytest.raises(ValueError, match="size"):
+        Part("x", "false", " ")
 
 
 def test_audit_page_has_one_section_per_claim_in_order():
@@ -117,13 +132,13 @@ def test_interview_answer_renders_the_bilingual_source():
 
 def test_bad_inputs():
     with pytest.raises(ValueError, match="verdict must be one of"):
-        Part("x", "maybe")
+        Part("x", "maybe", "s")
     with pytest.raises(ValueError, match="says must be"):
-        Part(" ", "true")
+        Part(" ", "true", "s")
     with pytest.raises(ValueError, match="parts must not be empty"):
         Claim(9, "t", (), "c", "s", "ch", (), {"en": "", "zh": ""})
     with pytest.raises(ValueError, match="trap must have"):
-        Claim(9, "t", (Part("x", "true"),), "c", "s", "ch", (), {"en": ""})
+        Claim(9, "t", (Part("x", "true", "s"),), "c", "s", "ch", (), {"en": ""})
     with pytest.raises(ValueError, match="number must be one of"):
         audit.claim(9)
     with pytest.raises(TypeError, match="number must be an int"):

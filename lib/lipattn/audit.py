@@ -21,11 +21,23 @@ from pathlib import Path
 
 from . import interview
 
-__all__ = ["VERDICTS", "Part", "Claim", "CLAIMS", "claim", "verdict_table",
-           "claim_box", "traps", "section_label", "interview_answer"]
+__all__ = ["VERDICTS", "SCALE", "Part", "Claim", "CLAIMS", "claim", "verdict_table",
+           "claim_box", "scale_list", "traps", "section_label", "interview_answer"]
 
 #: The verdicts, from best to worst.
 VERDICTS: tuple[str, ...] = ("true", "true but loose", "imprecise", "false", "ill-posed")
+
+#: The one scale every verdict is given on. A verdict says what *kind* of error a
+#: claim makes, whatever its size; each part's ``size`` says how large it is.
+SCALE: dict[str, str] = {
+    "true": "correct as stated.",
+    "true but loose": "a correct bound that a sharper one replaces.",
+    "imprecise": "right in outline, or in some settings, but wrong as a general "
+                 "statement in its rate, its conditions or the object it is about.",
+    "false": "contradicted, as worded, by a counterexample on the page that no reading "
+             "of the claim excludes, however small the discrepancy.",
+    "ill-posed": "not a statement that could be proved or refuted as worded.",
+}
 
 #: Verdict words in the review sheets' languages.
 _VERDICT_WORDS = {
@@ -44,17 +56,23 @@ class Part:
     says : str
         The part, as the card says it (MyST Markdown).
     verdict : str
-        One of :data:`VERDICTS`.
+        One of :data:`VERDICTS`, on the scale :data:`SCALE`.
+    size : str
+        How large the discrepancy is (MyST Markdown, no measured numbers: those
+        are glued on the audit page).
     """
 
     says: str
     verdict: str
+    size: str
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
-        if not isinstance(self.says, str) or not self.says.strip():
-            raise ValueError("says must be a non-empty string")
+        for name in ("says", "size"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty string")
 
 
 @dataclass(frozen=True)
@@ -112,7 +130,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         1, "The norm of the softmax Jacobian",
         (Part(r"The spectral norm of the softmax Jacobian $\diag(p) - pp^\top$ is bounded by 1.",
-              "true but loose"),),
+              "true but loose", r"a factor 2: the sharp bound is $\frac12$."),),
         r"$\|J(z)\|_2 \le \frac12$ for every $z$; the supremum $\frac12$ is attained for two "
         r"equal logits and approached for $n \ge 3$ when two logits tie at the top.",
         r"$\|J\|_2 \le \frac12$, and $\frac12$ is sharp.",
@@ -124,8 +142,10 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         2, "The Lipschitz constant of the softmax",
-        (Part(r"The softmax's Lipschitz constant is exactly 1 in $\ell_\infty$", "false"),
-         Part(r"and at most $\sqrt N$ in $\ell_2$.", "true but loose")),
+        (Part(r"The softmax's Lipschitz constant is exactly 1 in $\ell_\infty$", "false",
+              r"a factor 2: the constant is $\frac12$, at every $N$."),
+         Part(r"and at most $\sqrt N$ in $\ell_2$.", "true but loose",
+              r"a factor $2\sqrt N$: $\frac12$ against $\sqrt N$.")),
         r"The best constant is $\frac12$ in both $\ell_2$ and $\ell_\infty$, for every $N$; "
         r"$\frac{1}{2\tau}$ with temperature $\tau$.",
         r"$\frac12$ in $\ell_2$ and in $\ell_\infty$, for every $N$.",
@@ -138,9 +158,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         3, "The $1/\\sqrt d$ scaling and saturation",
         (Part(r"Without the $1/\sqrt d$ scaling, the softmax input's variance grows with $d$,",
-              "true"),
+              "true", r"none: the variance is $d_k$ exactly."),
          Part(r"so the Jacobian saturates rapidly towards 0 (vanishing gradients).",
-              "imprecise")),
+              "imprecise", r"in the rate: $\mathbb E\|J\|_2$ falls like $1/\sigma$, not "
+              r"exponentially, and the $W_Q$ gradient vanishes for typical queries only, "
+              r"not on average.")),
         r"$\Var(q \cdot k) = d_k$ exactly. Typical queries saturate, but only polynomially: "
         r"$\mathbb E\|J\|_2 = \Theta(1/\sigma)$, about $d_k^{-1/2}$, held up by near-ties. "
         r"The logit gradient shrinks, and so does the query gradient of most queries; "
@@ -158,7 +180,9 @@ CLAIMS: tuple[Claim, ...] = (
         4, "Rank collapse without residual connections",
         (Part(r"Without residual connections, a stack of pure self-attention layers makes all "
               r"token vectors converge exponentially to one vector (rank collapse).",
-              "imprecise"),),
+              "imprecise", r"in the rate, towards faster (doubly exponential once near "
+              r"collapse), and in the conditions (large weights can hold the tokens apart "
+              r"for several layers first)."),),
         r"Near collapse one layer cubes the residual, "
         r"$\|\mathrm{res}\, f(X)\|_F \le c\,\|\mathrm{res}\, X\|_F^3$: the convergence is "
         r"doubly exponential, once $c\|\mathrm{res}\|_F^2 < 1$. Large weights can hold the "
@@ -177,11 +201,17 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         5, "Pre-LN gradients and warm-up",
-        (Part(r"Pre-LN provides a constant gradient norm at initialisation,", "false"),
-         Part(r"so it trains stably without warm-up.", "imprecise")),
+        (Part(r"Pre-LN provides a constant gradient norm at initialisation,", "imprecise",
+              r"depends on the setting: nearly flat across layers in Xiong et al.'s "
+              r"experiments (as we recall their figures), falling towards the output in "
+              r"the book's small encoders; their theorem is about the last layer only."),
+         Part(r"so it trains stably without warm-up.", "imprecise",
+              r"in the reason: what warm-up tames is the amplification of parameter "
+              r"changes with depth.")),
         r"Xiong et al. bound the *last* layer's gradient: of order $d\sqrt{\ln d}$ for "
-        r"Post-LN and $d\sqrt{\ln d/L}$ for Pre-LN. Across layers Pre-LN's gradients fall "
-        r"towards the output. Adam's first step has the same relative size everywhere; "
+        r"Post-LN and $d\sqrt{\ln d/L}$ for Pre-LN. Whether the other layers' gradients "
+        r"match depends on the setting; in the book's small encoders Pre-LN's fall towards "
+        r"the output. Adam's first step has the same relative size everywhere; "
         r"Post-LN fails without warm-up because it amplifies parameter changes with depth.",
         r"Pre-LN gradients fall towards the output; the last layer scales like $L^{-1/2}$; "
         r"warm-up tames amplification.",
@@ -197,10 +227,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         6, "Spectral normalisation",
         (Part(r"Spectral normalisation by power iteration constrains $\sigma_{\max}(W) \le 1$.",
-              "false"),),
+              "false", r"small: the excess of $\|W/\hat\sigma\|_2$ over 1 shrinks "
+              r"geometrically with the number of power steps, but it is never negative, and "
+              r"zero only when the estimate is exact."),),
         r"Power iteration's estimate never exceeds $\sigma_1$, so "
         r"$\|W/\hat\sigma\|_2 = \sigma_1/\hat\sigma \ge 1$: the constraint is approached from "
-        r"above. Its error falls like $(\sigma_2/\sigma_1)^{4k}$.",
+        r"above. Its error falls like $(\sigma_2/\sigma_1)^{4k}$. Dividing by a certified upper "
+        r"bound on $\sigma_1$ (such as $\|W\|_F$ or $\sqrt{\|W\|_1\|W\|_\infty}$) does give "
+        r"$\le 1$.",
         r"$\|W/\hat\sigma\|_2 \ge 1$: the constraint is approached from above.",
         "05_spectral_normalisation", ("thm-lower-bound", "thm-rate"),
         {"en": r"Spectral normalisation gives $\|W/\hat\sigma\|_2 \ge 1$, not $\le 1$: "
@@ -211,16 +245,20 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         7, "The Lipschitz constant of self-attention",
         (Part(r"Self-attention satisfies $L_{\text{attn}} \le C\|W_V\|_2\bigl(1 + {}$"
-              r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$.", "false"),
+              r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$.", "false",
+              r"unbounded: on the two-sided input the exact constant exceeds it for every "
+              r"$C$, by a factor that grows like $\|X\|_2$."),
          Part(r"Spectral normalisation together with $1/\sqrt d$ scaling is the *necessary and "
               r"sufficient* guarantee against gradient explosion and rank collapse in deep "
-              r"Transformers.", "ill-posed")),
-        r"Dot-product attention has no global Lipschitz constant; its local constant grows "
-        r"like the square of the input scale, so no formula linear in $\|X\|_2$ holds for any "
-        r"$C$. On tokens of norm $\le R$: "
-        r"$L \le \|W_V\|_2(\min(\sqrt N, e^{aR^2}) + aR^2(1 + \sqrt{N/2}))$, "
-        r"$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$. “Necessary and sufficient” is proved nowhere.",
-        r"No global constant; it grows like $\|X\|^2$, on a ball of radius $R$ like $R^2$.",
+              r"Transformers.", "ill-posed",
+              r"not measurable: it names no theorem, model or norm.")),
+        r"Dot-product attention has no global Lipschitz constant; the worst case of its local "
+        r"constant over a ball of radius $R$ grows like $R^2$, so no formula linear in "
+        r"$\|X\|_2$ holds for any $C$. On tokens of norm $\le R$: "
+        r"$L \le \|W_V\|_2(\min(\sqrt N, e^{aR^2}) + aR^2(1 + \min(\sqrt{N/2}, e^{aR^2})))$, "
+        r"$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$. For “necessary and sufficient” the card cites "
+        r"no theorem.",
+        r"No global constant; the worst case over a ball of radius $R$ grows like $R^2$.",
         "06_attention_lipschitz", ("thm-t-squared", "thm-local-bound"),
         {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: the "
                r"worst case over a ball of radius $R$ grows like $R^2$. “Necessary and "
@@ -233,9 +271,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         8, "Depth, residual scaling and LayerNorm",
         (Part(r"Without Lipschitz control, tiny input errors diverge exponentially through "
-              r"hundreds of layers.", "ill-posed"),
+              r"hundreds of layers.", "ill-posed",
+              r"not measurable as worded (no model, norm or depth); the stacks measured on "
+              r"the page show no exponential growth at initialisation."),
          Part(r"The Lipschitz bound is the theoretical basis for residual scaling and "
-              r"LayerNorm.", "imprecise")),
+              r"LayerNorm.", "imprecise",
+              r"in the object: both are argued from signal propagation and the sensitivity "
+              r"to parameter changes, not from an input-Lipschitz bound.")),
         r"A product of per-layer constants bounds the growth and can be exponentially loose; "
         r"at initialisation neither Pre-LN nor Post-LN stacks amplify input perturbations "
         r"exponentially. Residual scaling keeps each factor $I + \alpha\,\partial f$ near 1, "
@@ -311,14 +353,26 @@ def verdict_table(claims: tuple[Claim, ...] = CLAIMS) -> str:
     return "\n".join([*rows, "```"])
 
 
+def _sizes(c: Claim) -> str:
+    if len(c.parts) == 1:
+        return c.parts[0].size
+    return " ".join(f"({i}) {p.size}" for i, p in enumerate(c.parts, 1))
+
+
 def claim_box(number: int) -> str:
-    """The head of a claim's section: the card's words, the verdict, the
-    correct statement and where it is proved (MyST Markdown)."""
+    """The head of a claim's section: the card's words, the verdict, the size of
+    the discrepancy, the correct statement and where it is proved (MyST Markdown)."""
     c = claim(number)
     return (f"> **The card:** {_says(c)}\n>\n"
             f"> **Verdict:** {_verdict_words(c)}.\n>\n"
+            f"> **How large:** {_sizes(c)}\n>\n"
             f"> **Correct statement:** {c.correct}\n>\n"
             f"> **Settled in** {_settled_by(c)}.")
+
+
+def scale_list() -> str:
+    """The verdict scale :data:`SCALE` as a MyST bullet list, best to worst."""
+    return "\n".join(f"- **{v}**: {SCALE[v]}" for v in VERDICTS)
 
 
 def traps(lang: str = "en", claims: tuple[Claim, ...] = CLAIMS) -> str:
