@@ -8,6 +8,8 @@ One module per concept:
 - :mod:`lipattn.attention` -- single-head self-attention, tokens as rows;
 - :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms, the entropy floor;
 - :mod:`lipattn.collapse` -- rank collapse: residuals, the cubic bound, deep stacks;
+- :mod:`lipattn.lanczos` -- Golub-Kahan-Lanczos: the spectral norm of any map given by
+  its jvp and vjp (:func:`lipattn.jacobian_norm`), with a convergence certificate;
 - :mod:`lipattn.lipschitz` -- the attention Jacobian, exact local Lipschitz constants, bounds;
 - :mod:`lipattn.layernorm`, :mod:`lipattn.transformer`, :mod:`lipattn.training`,
   :mod:`lipattn.prenorm` -- LayerNorm's Jacobian, a numpy Post-/Pre-LN encoder
@@ -23,4 +25,7 @@ Conventions: tokens are rows, softmax acts on the last axis, and ``vec`` is
 row-major throughout.
 """
 
+from .lanczos import LipschitzEstimate, jacobian_norm
+
+__all__ = ["jacobian_norm", "LipschitzEstimate"]
 __version__ = "0.1.0"

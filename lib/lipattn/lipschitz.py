@@ -54,7 +54,16 @@ from scipy.sparse.linalg import LinearOperator
 from scipy.special import lambertw
 
 from ._validate import as_int_at_least, as_positive_float, as_real_array
-from .attention import _finite_logits, check_attention_args
+from .attention import _finite_logits, _masked, as_mask, check_attention_args
+from .lanczos import (
+    JacobianOperator,
+    LipschitzEstimate,
+    _check_tol,
+    _golub_kahan,
+    golub_kahan_norm,
+    jacobian_norm,
+)
+from .layers.attention import MultiHeadAttention, softmax_jvp
 from .softmax import softmax, softmax_jacobian_norm
 
 __all__ = [
@@ -63,6 +72,7 @@ __all__ = [
     "attention_vjp",
     "attention_operator",
     "golub_kahan_norm",
+    "jacobian_norm",
     "LipschitzEstimate",
     "local_lipschitz",
     "local_lipschitz_info",
@@ -92,12 +102,12 @@ DENSE_MAX_SIDE = 96
 # --------------------------------------------------------------------------
 # validation and the shared pieces
 # --------------------------------------------------------------------------
-def _check_2d(X: Any, W_Q: Any, W_K: Any, W_V: Any):
+def _check_2d(X: Any, W_Q: Any, W_K: Any, W_V: Any, mask: Any = None):
     X, W_Q, W_K, W_V = check_attention_args(X, W_Q, W_K, W_V)
     if X.ndim != 2:
         raise ValueError("X must have shape (N, d) with N >= 1 (one sequence); "
                          f"got shape {X.shape}")
-    return X, W_Q, W_K, W_V
+    return X, W_Q, W_K, W_V, as_mask(mask, X.shape[0])
 
 
 def _check_direction(E: Any, name: str, shape: tuple[int, int]) -> np.ndarray:
@@ -107,43 +117,22 @@ def _check_direction(E: Any, name: str, shape: tuple[int, int]) -> np.ndarray:
     return E
 
 
-@dataclass(frozen=True)
-class _State:
-    """Everything the jvp and vjp reuse at one input X."""
-
-    X: np.ndarray       # (N, d)
-    P: np.ndarray       # (N, N)
-    XA: np.ndarray      # (N, d), rows x_i^T A
-    XAt: np.ndarray     # (N, d), rows x_i^T A^T
-    V: np.ndarray       # (N, d_v) = X W_V
-    W_V: np.ndarray     # (d, d_v)
+def _layer(W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray, mask) -> MultiHeadAttention:
+    """The single head as a :class:`lipattn.layers.MultiHeadAttention` (no W_O, no biases)."""
+    return MultiHeadAttention(W_Q, W_K, W_V, None, n_head=1, mask=mask)
 
 
-def _state(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray) -> _State:
-    S = _finite_logits(X, W_Q, W_K)
-    A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
-    return _State(X, softmax(S, axis=-1), X @ A, X @ A.T, X @ W_V, W_V)
-
-
-def _softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
-    """Row-wise J_i dS_i: P * (dS - sum_j P dS). Also the vjp (J_i is symmetric)."""
-    return P * (dS - np.sum(P * dS, axis=-1, keepdims=True))
-
-
-def _jvp(st: _State, E: np.ndarray) -> np.ndarray:
-    dS = E @ st.XAt.T + st.XA @ E.T
-    return _softmax_jvp(st.P, dS) @ st.V + st.P @ (E @ st.W_V)
-
-
-def _vjp(st: _State, G: np.ndarray) -> np.ndarray:
-    Gs = _softmax_jvp(st.P, G @ st.V.T)
-    return st.P.T @ (G @ st.W_V.T) + Gs @ st.XAt + Gs.T @ st.XA
+def _state(X, W_Q, W_K, W_V, mask):
+    layer = _layer(W_Q, W_K, W_V, mask)
+    _, st = layer.forward(X)
+    return layer, st
 
 
 # --------------------------------------------------------------------------
 # dot-product attention: Jacobian, jvp, vjp
 # --------------------------------------------------------------------------
-def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any, *,
+                  mask: Any = None) -> np.ndarray:
     r"""The Jacobian-vector product :math:`Df(X)[E]`, in closed form.
 
     Parameters
@@ -153,6 +142,8 @@ def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         The input perturbation.
     W_Q, W_K : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    mask : None, "causal" or bool array (N, N)
+        True = query i may attend to key j (:func:`lipattn.attention.as_mask`).
 
     Returns
     -------
@@ -160,12 +151,14 @@ def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         :math:`P E W_V + \dot P X W_V` with :math:`\dot P` as in the module
         docstring; :math:`O(N^2 d + N d^2)` operations.
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
     E = _check_direction(E, "E", X.shape)
-    return _jvp(_state(X, W_Q, W_K, W_V), E)
+    layer, st = _state(X, W_Q, W_K, W_V, mask)
+    return layer.jvp(st, E)
 
 
-def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any, *,
+                  mask: Any = None) -> np.ndarray:
     r"""The vector-Jacobian product :math:`Df(X)^\top[G]`, in closed form.
 
     Parameters
@@ -175,6 +168,8 @@ def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         An output cotangent.
     W_Q, W_K : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    mask : None, "causal" or bool array (N, N)
+        As in :func:`attention_jvp`.
 
     Returns
     -------
@@ -183,12 +178,13 @@ def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         :math:`\bar S_{i,:} = J_i (G W_V^\top X^\top)_{i,:}`, so that
         :math:`\langle Df(X)[E], G\rangle = \langle E, Df(X)^\top[G]\rangle`.
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
     G = _check_direction(G, "G", (X.shape[0], W_V.shape[1]))
-    return _vjp(_state(X, W_Q, W_K, W_V), G)
+    layer, st = _state(X, W_Q, W_K, W_V, mask)
+    return layer.vjp(st, G)
 
 
-def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, mask: Any = None) -> np.ndarray:
     r"""The dense Jacobian of :math:`\operatorname{vec} f` w.r.t. :math:`\operatorname{vec} X`.
 
     Built entry by entry (not from the jvp): with :math:`V = XW_V`,
@@ -201,11 +197,16 @@ def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         \frac{\partial f_i}{\partial x_j} = P_{ij} W_V^\top
         + T_{ij}\,(A^\top x_i)^\top + \delta_{ij} \sum_k T_{ik}\,(A x_k)^\top .
 
+    With a mask, P has exact zeros at the masked entries and the formula is
+    unchanged (:math:`J_i` vanishes on their rows and columns).
+
     Parameters
     ----------
     X : array_like, shape (N, d)
     W_Q, W_K : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    mask : None, "causal" or bool array (N, N)
+        As in :func:`attention_jvp`.
 
     Returns
     -------
@@ -213,37 +214,23 @@ def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         Row-major ``vec`` on both sides: entry ``(i * d_v + a, j * d + b)`` is
         :math:`\partial f_{ia} / \partial x_{jb}`. Memory :math:`O((Nd)^2)`.
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
-    st = _state(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
+    P = softmax(_masked(_finite_logits(X, W_Q, W_K), mask), axis=-1)
+    A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
     N, d = X.shape
     dv = W_V.shape[1]
-    m = st.P @ st.V
-    T = st.P[:, :, None] * (st.V[None, :, :] - m[:, None, :])     # (N, N, dv)
-    J = np.einsum("ija,ib->iajb", T, st.XA)
-    J += np.einsum("ij,ba->iajb", st.P, W_V)
-    diag = np.einsum("ika,kb->iab", T, st.XAt)                  # (N, dv, d)
+    V = X @ W_V
+    m = P @ V
+    T = P[:, :, None] * (V[None, :, :] - m[:, None, :])     # (N, N, dv)
+    J = np.einsum("ija,ib->iajb", T, X @ A)
+    J += np.einsum("ij,ba->iajb", P, W_V)
+    diag = np.einsum("ika,kb->iab", T, X @ A.T)                  # (N, dv, d)
     J[np.arange(N), :, np.arange(N), :] += diag
     return J.reshape(N * dv, N * d)
 
 
-class _CountingOperator(LinearOperator):
-    """A LinearOperator from a jvp and a vjp that counts its products."""
-
-    def __init__(self, shape: tuple[int, int], in_shape, out_shape, jvp, vjp) -> None:
-        super().__init__(dtype=np.float64, shape=shape)
-        self._in, self._out, self._jvp, self._vjp = in_shape, out_shape, jvp, vjp
-        self.products = 0
-
-    def _matvec(self, v):
-        self.products += 1
-        return self._jvp(np.asarray(v, dtype=float).reshape(self._in)).reshape(-1)
-
-    def _rmatvec(self, u):
-        self.products += 1
-        return self._vjp(np.asarray(u, dtype=float).reshape(self._out)).reshape(-1)
-
-
-def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> LinearOperator:
+def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any, *,
+                       mask: Any = None) -> LinearOperator:
     r"""The Jacobian :math:`Df(X)` as a matrix-free ``LinearOperator``.
 
     Parameters
@@ -251,138 +238,62 @@ def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> LinearOperator:
     X : array_like, shape (N, d)
     W_Q, W_K : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    mask : None, "causal" or bool array (N, N)
+        As in :func:`attention_jvp`.
 
     Returns
     -------
     LinearOperator, shape (N * d_v, N * d)
         ``matvec`` is :func:`attention_jvp` and ``rmatvec`` is
         :func:`attention_vjp` on row-major ``vec``'s; the softmax and the
-        products :math:`XA`, :math:`XA^\top`, :math:`XW_V` are computed once.
+        products :math:`XW_Q`, :math:`XW_K`, :math:`XW_V` are computed once.
         Its attribute ``products`` counts the jvp's and vjp's applied.
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
-    st = _state(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
+    layer, st = _state(X, W_Q, W_K, W_V, mask)
     N, d = X.shape
     dv = W_V.shape[1]
-    return _CountingOperator((N * dv, N * d), (N, d), (N, dv),
-                             lambda E: _jvp(st, E), lambda G: _vjp(st, G))
+    return JacobianOperator(lambda E: layer.jvp(st, E), lambda G: layer.vjp(st, G),
+                            (N, d), (N, dv))
 
 
 # --------------------------------------------------------------------------
 # exact local constants
 # --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LipschitzEstimate:
-    """An exact local Lipschitz constant and how it was computed.
-
-    Attributes
-    ----------
-    value : float
-        :math:`\\|Df(X)\\|_2`.
-    method : str
-        ``"dense"`` or ``"lanczos"``.
-    products : int
-        Jacobian-vector plus vector-Jacobian products used (0 for dense).
-    """
-
-    value: float
-    method: str
-    products: int
-
-
 def _check_method(method: Any) -> str:
     if method not in ("auto", "dense", "lanczos"):
         raise ValueError(f"method must be 'auto', 'dense' or 'lanczos'; got {method!r}")
     return method
 
 
-def golub_kahan_norm(op: LinearOperator, tol: float = 1e-10, seed: int = 0,
-                     max_steps: int | None = None) -> tuple[float, int]:
-    r"""Largest singular value of a LinearOperator by Golub–Kahan–Lanczos bidiagonalisation.
-
-    Builds orthonormal bases with :math:`A V_k = U_k B_k` and
-    :math:`A^\top U_k = V_k B_k^\top + \beta_{k+1} v_{k+1} e_k^\top`
-    (full reorthogonalisation), and stops when the top Ritz triplet
-    :math:`(\sigma, u, v)` of the bidiagonal :math:`B_k` has residual
-    :math:`\|A^\top u - \sigma v\| = \beta_{k+1}|x_k| \le \text{tol}\cdot\sigma`
-    (then a singular value of A lies within tol·σ of σ). The Ritz value never
-    exceeds :math:`\sigma_1(A)`.
-
-    Parameters
-    ----------
-    op : LinearOperator, shape (m, n)
-    tol : float
-        Relative residual tolerance, > 0.
-    seed : int
-        Seed of the random starting vector.
-    max_steps : int, optional
-        At most this many steps (default ``min(m, n)``).
-
-    Returns
-    -------
-    sigma : float
-    products : int
-        Products with A and A^T (two per step).
-    """
-    tol = as_positive_float(tol, "tol")
-    m, n = op.shape
-    steps = min(m, n) if max_steps is None else min(as_int_at_least(max_steps, "max_steps", 1),
-                                                    min(m, n))
-    v = np.random.default_rng(seed).standard_normal(n)
-    V, U = [v / np.linalg.norm(v)], []
-    alphas, betas = [], []
-    products, sigma = 0, 0.0
-    for k in range(steps):
-        u = np.asarray(op.matvec(V[-1]), dtype=float).reshape(m)
-        products += 1
-        if U:
-            u -= betas[-1] * U[-1]
-            Um = np.array(U)
-            u -= Um.T @ (Um @ u)
-        alpha = float(np.linalg.norm(u))
-        if not np.isfinite(alpha):
-            raise ValueError("op became non-finite; expected a finite operator")
-        if alpha == 0.0:
-            break
-        U.append(u / alpha)
-        alphas.append(alpha)
-        w = np.asarray(op.rmatvec(U[-1]), dtype=float).reshape(n) - alpha * V[-1]
-        products += 1
-        Vm = np.array(V)
-        w -= Vm.T @ (Vm @ w)
-        beta = float(np.linalg.norm(w))
-        B = np.diag(alphas) + np.diag(betas, 1)
-        X_, s_, _ = np.linalg.svd(B)
-        sigma = float(s_[0])
-        if beta * abs(X_[-1, 0]) <= tol * sigma or beta == 0.0 or k == steps - 1:
-            break
-        betas.append(beta)
-        V.append(w / beta)
-    return sigma, products
-
-
 def _exact_norm(dense_fn, op_fn, side: int, method: str, tol: float) -> LipschitzEstimate:
+    """Dense SVD or Golub-Kahan-Lanczos (which raises rather than return unconverged)."""
     if method == "auto":
         method = "dense" if side <= DENSE_MAX_SIDE else "lanczos"
     if method == "dense":
         return LipschitzEstimate(float(np.linalg.norm(dense_fn(), 2)), "dense", 0)
-    value, products = golub_kahan_norm(op_fn(), tol=tol)
-    return LipschitzEstimate(value, "lanczos", products)
+    return _golub_kahan(op_fn(), tol, 0, None)
 
 
 def local_lipschitz_info(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto",
-                         tol: float = 1e-10) -> LipschitzEstimate:
+                         tol: float = 1e-10, mask: Any = None) -> LipschitzEstimate:
     """:func:`local_lipschitz` with the method used and the number of products."""
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
     method = _check_method(method)
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     side = X.shape[0] * max(X.shape[1], W_V.shape[1])
-    return _exact_norm(lambda: attention_jacobian(X, W_Q, W_K, W_V),
-                       lambda: attention_operator(X, W_Q, W_K, W_V), side, method, tol)
+    if method == "auto":
+        method = "dense" if side <= DENSE_MAX_SIDE else "lanczos"
+    if method == "dense":
+        J = attention_jacobian(X, W_Q, W_K, W_V, mask=mask)
+        return LipschitzEstimate(float(np.linalg.norm(J, 2)), "dense", 0)
+    layer, st = _state(X, W_Q, W_K, W_V, mask)
+    return jacobian_norm(lambda E: layer.jvp(st, E), lambda G: layer.vjp(st, G), X.shape,
+                         out_shape=(X.shape[0], W_V.shape[1]), tol=tol)
 
 
 def local_lipschitz(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto",
-                    tol: float = 1e-10) -> float:
+                    tol: float = 1e-10, mask: Any = None) -> float:
     r"""The exact local Lipschitz constant :math:`\|Df(X)\|_2` of self-attention at X.
 
     Frobenius (ℓ2 of ``vec``) norms on inputs and outputs; by the mean-value
@@ -400,13 +311,18 @@ def local_lipschitz(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto
         :math:`O(N^2 d + N d^2)` each. ``"auto"``: dense when
         ``N * max(d, d_v) <= 96`` (measured crossover on 2 cores: about 100).
     tol : float
-        Relative tolerance of the Lanczos path.
+        Relative tolerance of the Lanczos path, in [1e-14, 1): the value is
+        exact up to that relative residual (:mod:`lipattn.lanczos`), or a
+        :class:`lipattn.lanczos.ConvergenceError` is raised; never an
+        unconverged value.
+    mask : None, "causal" or bool array (N, N)
+        As in :func:`attention_jvp`.
 
     Returns
     -------
     float
     """
-    return local_lipschitz_info(X, W_Q, W_K, W_V, method=method, tol=tol).value
+    return local_lipschitz_info(X, W_Q, W_K, W_V, method=method, tol=tol, mask=mask).value
 
 
 # --------------------------------------------------------------------------
@@ -437,7 +353,7 @@ class BoundTerms:
 
 def local_lipschitz_bound_terms(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> BoundTerms:
     r"""The terms of the chapter's local bound (see :func:`local_lipschitz_bound`)."""
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, _ = _check_2d(X, W_Q, W_K, W_V)
     S = _finite_logits(X, W_Q, W_K)
     P = softmax(S, axis=-1)
     A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
@@ -541,7 +457,7 @@ def card_bound(X: Any, W_Q: Any, W_K: Any, W_V: Any, C: float = 1.0) -> float:
     -------
     float
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, _ = _check_2d(X, W_Q, W_K, W_V)
     C = as_positive_float(C, "C")
     nq, nk, nv = (float(np.linalg.norm(W, 2)) for W in (W_Q, W_K, W_V))
     return C * nv * (1 + 2 / math.sqrt(W_Q.shape[1]) * nq * nk * float(np.linalg.norm(X, 2)))
@@ -622,11 +538,11 @@ def _l2_jvp(st: _L2State, E: np.ndarray) -> np.ndarray:
     dQ = E @ st.W_Q
     dn = 2 * np.sum(st.Q * dQ, axis=-1)
     dS = -st.c * (dn[:, None] + dn[None, :] - 2 * (dQ @ st.Q.T + st.Q @ dQ.T))
-    return _softmax_jvp(st.P, dS) @ st.XM + st.P @ (E @ st.M)
+    return softmax_jvp(st.P, dS) @ st.XM + st.P @ (E @ st.M)
 
 
 def _l2_vjp(st: _L2State, G: np.ndarray) -> np.ndarray:
-    Gs = _softmax_jvp(st.P, G @ st.XM.T)
+    Gs = softmax_jvp(st.P, G @ st.XM.T)
     r = Gs.sum(axis=1) + Gs.sum(axis=0)
     gQ = st.c * (2 * (Gs + Gs.T) @ st.Q - 2 * r[:, None] * st.Q)
     return gQ @ st.W_Q.T + st.P.T @ (G @ st.M.T)
@@ -661,8 +577,7 @@ def l2_attention_operator(X: Any, W_Q: Any, W_V: Any) -> LinearOperator:
     st = _l2_state(X, W_Q, W_V)
     N, d = X.shape
     dv = W_V.shape[1]
-    return _CountingOperator((N * dv, N * d), (N, d), (N, dv),
-                             lambda E: _l2_jvp(st, E), lambda G: _l2_vjp(st, G))
+    return JacobianOperator(lambda E: _l2_jvp(st, E), lambda G: _l2_vjp(st, G), (N, d), (N, dv))
 
 
 def l2_attention_jacobian(X: Any, W_Q: Any, W_V: Any) -> np.ndarray:
@@ -693,7 +608,7 @@ def l2_local_lipschitz(X: Any, W_Q: Any, W_V: Any, *, method: str = "auto",
     if X.ndim != 2:
         raise ValueError(f"X must have shape (N, d); got shape {X.shape}")
     method = _check_method(method)
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     side = X.shape[0] * max(X.shape[1], W_V.shape[1])
     return _exact_norm(lambda: l2_attention_jacobian(X, W_Q, W_V),
                        lambda: l2_attention_operator(X, W_Q, W_V), side, method, tol).value
@@ -804,7 +719,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
         if np.ndim(p["W_Q"]) != 2:
             raise ValueError(f"params[{i}] must hold one model's weights (2-D matrices); "
                              f"got W_Q of shape {np.shape(p['W_Q'])}")
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     input_scale = as_positive_float(input_scale, "input_scale")
     params = [{k: v if k == "heads" else np.asarray(v, dtype=float) for k, v in p.items()}
               for p in params]
