@@ -583,3 +583,41 @@ def test_extreme_hidden_states_stay_finite_without_warnings(c):
     assert np.all(np.isfinite(l_.forward(c * H, final_norm=True)))
     for m in (g, l_):
         assert np.isfinite(m.local_lipschitz(c * H, stop=1))
+
+
+# --------------------------------------------------------------------------
+# the README's "Use it on your own model" runs as written
+# --------------------------------------------------------------------------
+def _readme_blocks():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("## Use it on your own model", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    return [b for b in blocks if "transformers" not in b]     # the PyTorch export step
+
+
+def test_readme_example_runs_on_saved_random_state_dicts(tmp_path, monkeypatch, capsys):
+    """Random GPT-2- and Llama-shaped state dicts (small widths, the README's head
+    counts and large enough vocabularies), saved as .npz files, with the prefixes
+    and extra keys of the *LMHead / *ForCausalLM classes."""
+    g = gpt2_state(L=2, d=24, vocab=21832, n_pos=16, seed=11)
+    g = {"transformer." + k: v for k, v in g.items()} | {"lm_head.weight": g["wte.weight"]}
+    np.savez(tmp_path / "gpt2.npz", **g)
+    ls = llama_state(L=2, d=64, n_head=32, n_kv=4, d_ff=40, vocab=17355, seed=12)
+    np.savez(tmp_path / "llama.npz", **{"model." + k: v for k, v in ls.items()})
+    monkeypatch.chdir(tmp_path)
+    blocks = _readme_blocks()
+    assert len(blocks) == 2
+    env: dict = {}
+    for b in blocks:
+        exec(compile(b, "README.md", "exec"), env)   # noqa: S102
+    model, H, stream = env["model"], env["H"], env["stream"]
+    assert model.n_layer == 2 and model.d_model == 24
+    # the stack's constant is at most the product of the block constants (chain rule)
+    assert env["whole"] > 0
+    np.testing.assert_allclose(stream[2], model.forward(stream[0]))
+    assert np.prod(env["blocks"]) >= model.local_lipschitz(stream[0]) * (1 - 1e-9)
+    assert env["heads"].shape == (12,) and env["attn"] > 0 and env["mlp"] >= 1 - 1e-9
+    assert "stack" in capsys.readouterr().out
+    assert env["llama"].n_kv_head == 4 and H.shape == (4, 64)
