@@ -146,3 +146,27 @@ def test_bad_inputs_are_named():
         layer.forward(np.full((3, 6), np.nan))
     with pytest.raises(TypeError, match="layer"):
         stabilised_lipschitz(object(), np.ones((3, 6)))
+
+
+def test_qk_norm_bounds_hold_on_random_and_adversarial_inputs():
+    from lipattn.stabilisers import qk_norm_ball_bound, qk_norm_two_sided_lower
+
+    rng = np.random.default_rng(11)
+    for _ in range(25):
+        n, R, eps = int(rng.integers(2, 8)), 10 ** rng.uniform(-2, 2), 10 ** rng.uniform(-6, -1)
+        W = [rng.standard_normal((4, 4)) / 2 for _ in range(3)]
+        X = rng.standard_normal((n, 4))
+        X *= R / np.linalg.norm(X, axis=1).max()
+        layer = StabilisedAttention(*W, qk_norm="rms", qk_norm_eps=eps)
+        assert stabilised_lipschitz(layer, X).value <= qk_norm_ball_bound(R, n, *W, eps)
+    I2 = np.eye(2)
+    for t, eps in ((0.5, 1e-2), (8.0, 1e-6), (50.0, 1e-4)):
+        X = t * np.array([[0.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
+        layer = StabilisedAttention(I2, I2, I2, qk_norm="rms", qk_norm_eps=eps)
+        # the bound is row 1 of the Jacobian for a perturbation of token 1 along e_1
+        Y, st = layer.forward(X)
+        E = np.zeros_like(X)
+        E[0, 0] = 1.0
+        row1 = np.linalg.norm(layer.jvp(st, E)[0])
+        assert abs(row1 - qk_norm_two_sided_lower(t, eps)) < 1e-9 * row1
+        assert stabilised_lipschitz(layer, X).value >= row1 * (1 - 1e-9)

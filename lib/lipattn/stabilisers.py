@@ -49,7 +49,8 @@ from .lanczos import LipschitzEstimate
 from .layers import LayerNorm, RMSNorm, layer_lipschitz, softmax_jvp
 from .softmax import softmax
 
-__all__ = ["StabilisedAttention", "stabilised_lipschitz", "sigma_reparam"]
+__all__ = ["StabilisedAttention", "stabilised_lipschitz", "sigma_reparam", "qk_norm_ball_bound",
+           "qk_norm_two_sided_lower"]
 
 _NORMS = (None, "rms", "layer")
 
@@ -248,3 +249,35 @@ def sigma_reparam(W: Any, gamma: float = 1.0) -> np.ndarray:
     if sigma == 0.0:
         raise ValueError("W must be non-zero (its spectral norm is 0)")
     return gamma * W / sigma
+
+
+def qk_norm_ball_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any, eps: float) -> float:
+    r"""Upper bound on the local constant of one QK-RMSNorm head on tokens of norm <= R.
+
+    .. math::
+
+        \|W_V\|_2\Bigl(\sqrt N + R\sqrt{N/2}\,\frac{\|W_Q\|_2 + \|W_K\|_2}{\sqrt\varepsilon}\Bigr)
+
+    for unit-gain RMSNorm with epsilon ``eps`` on queries and keys and
+    :math:`1/\sqrt{d_h}` scaling, no biases, no mask (the book's Chapter 7
+    proves it). Linear in R: QK-norm removes the :math:`R^2` of dot-product
+    attention but not the growth.
+    """
+    R = as_positive_float(R, "R", allow_zero=True)
+    eps = as_positive_float(eps, "eps")
+    if not isinstance(N, (int, np.integer)) or N < 1:
+        raise ValueError(f"N must be a positive int; got {N!r}")
+    nQ, nK, nV = (float(np.linalg.norm(as_real_array(W, name, ndim=2), 2))
+                  for W, name in ((W_Q, "W_Q"), (W_K, "W_K"), (W_V, "W_V")))
+    return nV * (math.sqrt(N) + R * math.sqrt(N / 2) * (nQ + nK) / math.sqrt(eps))
+
+
+def qk_norm_two_sided_lower(t: float, eps: float) -> float:
+    r"""Lower bound on the QK-RMSNorm constant at :math:`t(0, e_1, -e_1)`, identity weights, d = 2.
+
+    :math:`\frac{2t^2}{3\sqrt{2\varepsilon}\sqrt{t^2/2 + \varepsilon}} + \frac13`, about
+    :math:`2t/(3\sqrt\varepsilon)` for large t (the book's Chapter 7 proves it).
+    """
+    t = as_positive_float(t, "t", allow_zero=True)
+    eps = as_positive_float(eps, "eps")
+    return 2 * t * t / (3 * math.sqrt(2 * eps) * math.sqrt(t * t / 2 + eps)) + 1 / 3
