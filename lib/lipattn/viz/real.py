@@ -178,6 +178,10 @@ VARIANTS = ("standard", "linear", "sigma", "softcap", "qknorm", "l2")
 _LABELS = {"standard": r"dot product, $1/\sqrt{d_k}$", "linear": r"muP, $1/d_k$",
            "sigma": "sigmaReparam", "softcap": "soft-cap 50 (Gemma 2)",
            "qknorm": r"QK-RMSNorm, $\varepsilon = 10^{-6}$", "l2": "L2 attention"}
+#: Colour, line style and marker of each variant (coinciding curves stay visible).
+_STYLE = {"standard": ("#1f77b4", "-", "o"), "linear": ("#ff7f0e", "-", "s"),
+          "sigma": ("#2ca02c", "--", "^"), "softcap": ("#d62728", ":", "v"),
+          "qknorm": ("#9467bd", "-", "D"), "l2": ("#8c564b", "-", "o")}
 
 
 def variant_layer(name: str, W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray):
@@ -227,8 +231,10 @@ def fig_variants(ts, curves: dict) -> Figure:
     """Two log-log panels: every variant's exact constant against t, one per family."""
     fig, axes = plotting.figure(2, width=8.4, height=3.5, sharey=True)
     for ax, (family, c) in zip(axes, curves.items(), strict=True):
-        for k, v in enumerate(VARIANTS):
-            ax.loglog(ts, c[v], "o-", ms=2.5, lw=1.2, color=f"C{k}", label=_LABELS[v])
+        for v in VARIANTS:
+            color, ls, marker = _STYLE[v]
+            ax.loglog(ts, c[v], ls=ls, marker=marker, ms=3, lw=1.3, color=color,
+                      label=_LABELS[v])
         ax.set_title(f"{family} tokens", fontsize=9.5)
         ax.set_xlabel("input scale t (largest token norm)")
     axes[0].set_ylabel("exact local constant")
@@ -275,9 +281,10 @@ class StabiliserExplorer(Explorer):
         ax, ax_p = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.7, 1]})
         t = np.array(_T_GRID)
         self._lines = {}
-        for k, v in enumerate(VARIANTS):
-            (line,) = ax.plot(t, np.ones_like(t), "o-", ms=2.5, lw=1.0, color=f"C{k}",
-                              label=_LABELS[v])
+        for v in VARIANTS:
+            color, ls, marker = _STYLE[v]
+            (line,) = ax.plot(t, np.ones_like(t), ls=ls, marker=marker, ms=2.5, lw=1.0,
+                              color=color, label=_LABELS[v])
             self._lines[v] = line
         (self._dot,) = ax.plot([1.0], [1.0], "o", ms=9, mfc="none", mec="k", mew=1.5)
         ax.set_xscale("log")
