@@ -295,14 +295,8 @@ class StabiliserExplorer(Explorer):
         ax.set_ylabel("exact local constant")
         ax.legend(loc="upper left", fontsize=7, ncol=2)
         self._title = fig.suptitle(" ", fontsize=9)
-        self._img = ax_p.imshow(np.zeros((3, 3)), vmin=0, vmax=1, cmap="viridis",
-                                extent=(0, 1, 1, 0), interpolation="none", aspect="auto")
-        ax_p.set_xticks([0, 1])
-        ax_p.set_xticklabels(["key 1", "key N"])
-        ax_p.set_yticks([0, 1])
-        ax_p.set_yticklabels(["query 1", "query N"])
-        fig.colorbar(self._img, ax=ax_p, fraction=0.05, pad=0.02, label="attention weight")
-        ax_p.set_title("attention matrix of the highlighted variant", fontsize=8.5)
+        self._img = plotting.attention_panel(
+            fig, ax_p, "attention matrix of the highlighted variant", fontsize=8.5)
         return [*self._lines.values(), self._dot, self._title, self._img]
 
     def update(self, t: float, family: str, variant: str) -> None:
