@@ -136,3 +136,27 @@ def test_bad_input():
     with pytest.raises(ValueError, match="jvp must return"):
         jacobian_norm(lambda E: E[:2], lambda G: G, (3,))
     assert golub_kahan_norm(aslinearoperator(2 * A))[0] == pytest.approx(2.0)
+
+
+def test_invariant_subspaces_and_low_rank_operators():
+    """A rank-2 operator: the Krylov space is exhausted after two steps (alpha or beta
+    vanishes up to rounding) and the value is exact."""
+    for shape in ((30, 20), (20, 30)):
+        A = matrix_with_spectrum([5.0, 2.0], shape, seed=3)
+        value, products = golub_kahan_norm(A, tol=1e-13)
+        assert value == pytest.approx(5.0, rel=1e-13) and products <= 8
+    eye = np.eye(6)
+    assert golub_kahan_norm(eye)[0] == pytest.approx(1.0, rel=1e-15)
+
+
+def test_a_wrong_adjoint_or_a_complex_operator_is_an_error():
+    M = np.random.default_rng(4).standard_normal((5, 4))
+    with pytest.raises(ValueError, match="not the adjoint"):
+        jacobian_norm(lambda E: M @ E, lambda G: 2 * M.T @ G, (4,), out_shape=(5,))
+    with pytest.raises(ValueError, match="not the adjoint"):
+        golub_kahan_norm(LinearOperator((5, 4), matvec=lambda v: M @ v,
+                                        rmatvec=lambda u: M[:4, :].T @ u[:4], dtype=float))
+    with pytest.raises(TypeError, match="real"):
+        golub_kahan_norm(aslinearoperator(M + 1j))
+    with pytest.raises(ValueError, match="vjp returned non-finite"):
+        jacobian_norm(lambda E: M @ E, lambda G: np.full(4, np.nan), (4,), out_shape=(5,))

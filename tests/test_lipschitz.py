@@ -342,8 +342,6 @@ def test_sublayer_constants_of_a_permutation_attention_is_the_value_norm():
 def test_sublayer_constants_bad_input():
     params = _tiny_model()
     X = np.zeros((2, 3, 4))
-    with pytest.raises(ValueError, match="heads"):
-        sublayer_constants(init_params(1, 4, heads=2), X, variant="pre")
     stacked = [{k: v if k == "heads" else np.stack([v, v]) for k, v in p.items()}
                for p in params]
     with pytest.raises(ValueError, match="2-D"):
@@ -538,3 +536,24 @@ def test_bad_masks_in_the_lipschitz_functions():
             f(np.ones((2, 2), dtype=bool))
         with pytest.raises(TypeError, match="mask"):
             f(np.ones((3, 3), dtype=int))
+
+
+def test_sublayer_constants_of_multi_head_layers():
+    """Several heads: the exact constant of the whole sublayer against the SVD of
+    central differences of the encoder's own multi-head attention; the summed
+    per-head bound stays above it."""
+    from lipattn.transformer import _attn_fwd
+
+    params = init_params(2, 6, heads=3, d_ff=5, seed=4)
+    rng = np.random.default_rng(5)
+    for p in params:
+        p["W_Q"], p["b_O"] = 3 * p["W_Q"], rng.standard_normal(6)
+    X = 1.5 * rng.standard_normal((2, 4, 6))
+    c = sublayer_constants(params, X, variant="pre", tol=1e-10)
+    for l_, (p, H) in enumerate(zip(params, attention_inputs(params, X, variant="pre"),
+                                    strict=True)):
+        for b, h in enumerate(H):
+            J = central_differences(lambda Z, p=p: _attn_fwd(Z, p)[0], h)
+            assert c.exact[l_, b] == pytest.approx(np.linalg.norm(J, 2), rel=1e-6)
+            assert c.bound[l_, b] >= c.exact[l_, b]
+    assert np.all((c.top_weight > 1 / 4) & (c.top_weight <= 1))

@@ -11,6 +11,11 @@ One module per concept:
 - :mod:`lipattn.lanczos` -- Golub-Kahan-Lanczos: the spectral norm of any map given by
   its jvp and vjp (:func:`lipattn.jacobian_norm`), with a convergence certificate;
 - :mod:`lipattn.lipschitz` -- the attention Jacobian, exact local Lipschitz constants, bounds;
+- :mod:`lipattn.layers` -- the layers of real Transformers (masked multi-head attention with
+  biases, grouped-query heads and RoPE; LayerNorm, RMSNorm; the GPT-2 and gated MLPs), each
+  with its forward pass, jvp and vjp;
+- :mod:`lipattn.models` -- GPT-2 and Llama from Hugging Face state dicts: forward passes and
+  exact local constants of stacks, blocks, sublayers and heads;
 - :mod:`lipattn.layernorm`, :mod:`lipattn.transformer`, :mod:`lipattn.training`,
   :mod:`lipattn.prenorm` -- LayerNorm's Jacobian, a numpy Post-/Pre-LN encoder
   with a hand-written backward, Adam on sequence reversal, and the experiments;

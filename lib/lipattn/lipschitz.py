@@ -20,19 +20,31 @@ Jacobian of row i. Because :math:`J_i \mathbf 1 = 0`,
 :math:`J_i X = J_i (X - \mathbf 1 c^\top)` for every :math:`c`: only the
 *centred* tokens enter the second term.
 
+Every function takes ``mask=None | "causal" | bool (N, N)`` (True = may
+attend, :func:`lipattn.attention.as_mask`): masked logits are
+:math:`-\infty`, their probabilities exactly 0, and the formulas above hold
+unchanged. The jvp and vjp are those of
+:class:`lipattn.layers.MultiHeadAttention` with one head and no output
+projection; for query biases (they change the Jacobian; key and value biases
+do not), several heads, grouped-query attention or RoPE, use that layer with
+:func:`lipattn.layers.layer_lipschitz`, or :mod:`lipattn.models`.
+
 What is exact and what is estimated
 -----------------------------------
 - :func:`attention_jvp` and :func:`attention_vjp` are the closed forms, exact up
-  to rounding, in :math:`O(N^2 d + N d^2)` operations each; they never form the
-  Jacobian.
+  to rounding, in :math:`O(N^2 d_k + N d (d_k + d_v))` operations each; they
+  never form the Jacobian.
 - :func:`attention_jacobian` forms the dense ``(N d_v, N d)`` Jacobian from an
   entrywise formula (row-major ``vec`` on both sides), independently of the
   jvp code.
 - :func:`local_lipschitz` is the exact local constant
   :math:`\|Df(X)\|_2` (Frobenius norm on inputs and outputs): a dense SVD, or
-  Golub–Kahan–Lanczos bidiagonalisation (:func:`golub_kahan_norm`) on the
-  matrix-free operator, converged to a relative residual tolerance. (The tests
-  compare it with ``scipy.sparse.linalg.svds`` and with power iteration.)
+  Golub–Kahan–Lanczos bidiagonalisation (:func:`lipattn.lanczos.golub_kahan_norm`,
+  :func:`lipattn.jacobian_norm`) on the matrix-free operator, converged to a
+  certified relative residual tolerance or a ``ConvergenceError``, never an
+  unconverged value (see :mod:`lipattn.lanczos` for what is certified). The
+  tests compare it with dense SVDs on every small shape, with
+  ``scipy.sparse.linalg.svds`` and with power iteration.
 - :func:`local_lipschitz_bound` is the chapter's proved upper bound;
   :func:`card_bound` is the widely shared formula that the chapter audits
   (it is *not* a bound).
@@ -660,13 +672,18 @@ class SublayerConstants:
     exact, bound, card : ndarray, shape (L, B)
         :func:`local_lipschitz`, :func:`local_lipschitz_bound` and
         :func:`card_bound` (C = 1) of layer l's sublayer at its input for
-        sequence b, with value matrix :math:`W_V W_O`.
+        sequence b, with value matrix :math:`W_V W_O`. With several heads,
+        ``exact`` is the constant of the whole multi-head sublayer and
+        ``bound`` and ``card`` are the sums over heads (head i with value
+        matrix :math:`W_V^{(i)} W_O^{(i)}`): ``bound`` is still an upper bound
+        (triangle inequality), though the sum of the heads' exact constants
+        can be far above ``exact``.
     value_norm : ndarray, shape (L,)
         :math:`\\|W_V W_O\\|_2`, the constant of the sublayer if P were frozen
         at a permutation.
     top_weight : ndarray, shape (L, B)
-        Mean over queries of :math:`\\max_j P_{ij}`: 1 when every query puts all
-        its weight on one key, 1/N for uniform attention.
+        Mean over queries (and heads) of :math:`\\max_j P_{ij}`: 1 when every
+        query puts all its weight on one key, 1/N for uniform attention.
     radius : ndarray, shape (L, B)
         Largest token norm :math:`\\max_i \\|h_i\\|` of the sublayer's input.
     """
@@ -681,20 +698,22 @@ class SublayerConstants:
 
 def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float = 1.0,
                        tol: float = 1e-8) -> SublayerConstants:
-    r"""Exact local constants of a single-head model's attention sublayers.
+    r"""Exact local constants of a model's attention sublayers.
 
     Layer l's sublayer maps its input H (:func:`lipattn.transformer.attention_inputs`:
     after :math:`\mathrm{LN}_1` in Pre-LN, the residual stream in Post-LN) to
     :math:`\operatorname{softmax}(H W_Q (H W_K)^\top/\sqrt{d_k})\, H W_V W_O + b_O`,
     which is the chapter's f with value matrix :math:`W_V W_O` (the bias does not
-    change the Jacobian). The constant is w.r.t. H, not w.r.t. the layer's input.
-    Computed in float64 with the matrix-free method.
+    change the Jacobian). With h heads it is the sum of h such maps, one per
+    head (:class:`lipattn.layers.MultiHeadAttention`, each head at its size
+    d/h), and ``exact`` is the constant of the sum. The constant is w.r.t. H,
+    not w.r.t. the layer's input. Computed in float64 with the matrix-free
+    method.
 
     Parameters
     ----------
     params : list of dict
-        A :mod:`lipattn.transformer` model without run axes, ``heads == 1`` in
-        every layer (with h heads the sublayer is a sum of h such maps).
+        A :mod:`lipattn.transformer` model without run axes.
     X : array_like, shape (B, N, d) or (N, d)
         The encoder's inputs (embedded tokens), one sequence per row of the batch.
     variant : {"post", "pre"}
@@ -713,9 +732,6 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
 
     check_params(params)
     for i, p in enumerate(params):
-        if p["heads"] != 1:
-            raise ValueError(f"params[{i}]['heads'] must be 1 (single-head layers); "
-                             f"got {p['heads']!r}")
         if np.ndim(p["W_Q"]) != 2:
             raise ValueError(f"params[{i}] must hold one model's weights (2-D matrices); "
                              f"got W_Q of shape {np.shape(p['W_Q'])}")
@@ -732,6 +748,9 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
     value_norm = np.zeros(L)
     for l_, (p, H) in enumerate(zip(params, H_all, strict=True)):
         H = input_scale * H
+        if p["heads"] > 1:
+            _multi_head_constants(p, H, tol, l_, out, value_norm)
+            continue
         W_V = p["W_V"] @ p["W_O"]
         value_norm[l_] = np.linalg.norm(W_V, 2)
         P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
@@ -743,6 +762,28 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
             out["bound"][l_, b] = local_lipschitz_bound(h, p["W_Q"], p["W_K"], W_V)
             out["card"][l_, b] = card_bound(h, p["W_Q"], p["W_K"], W_V)
     return SublayerConstants(value_norm=value_norm, **out)
+
+
+def _multi_head_constants(p: dict, H: np.ndarray, tol: float, l_: int, out: dict,
+                          value_norm: np.ndarray) -> None:
+    """Fill layer l_'s entries of :func:`sublayer_constants` for ``p["heads"] > 1``."""
+    from .layers import layer_lipschitz
+
+    heads = int(p["heads"])
+    layer = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=heads,
+                               b_O=p["b_O"])
+    value_norm[l_] = np.linalg.norm(p["W_V"] @ p["W_O"], 2)
+    per_head = [layer.head(i) for i in range(heads)]
+    for b, h in enumerate(H):
+        out["exact"][l_, b] = layer_lipschitz(layer, h, tol=tol).value
+        top = 0.0
+        for hd in per_head:
+            W_V = hd.W_V @ hd.W_O
+            out["bound"][l_, b] += local_lipschitz_bound(h, hd.W_Q, hd.W_K, W_V)
+            out["card"][l_, b] += card_bound(h, hd.W_Q, hd.W_K, W_V)
+            top += softmax(_finite_logits(h, hd.W_Q, hd.W_K), axis=-1).max(axis=-1).mean()
+        out["top_weight"][l_, b] = top / heads
+        out["radius"][l_, b] = np.linalg.norm(h, axis=-1).max()
 
 
 # --------------------------------------------------------------------------

@@ -231,6 +231,8 @@ def _attn_fwd(H, p):
 
 
 def _attn_bwd(dout, cache, p, grads):
+    from .layers.attention import softmax_jvp  # the one softmax derivative (import cycle)
+
     H, Q, K, V, P, A = cache
     heads = int(p["heads"])
     grads["W_O"] = _wgrad(A, dout, np.shape(p["W_O"]))
@@ -238,7 +240,7 @@ def _attn_bwd(dout, cache, p, grads):
     dA = _split(_linear(dout, np.swapaxes(p["W_O"], -1, -2)), heads)
     dP = dA @ np.swapaxes(V, -1, -2)
     dV = np.swapaxes(P, -1, -2) @ dA
-    dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True)) * (1.0 / math.sqrt(Q.shape[-1]))
+    dS = softmax_jvp(P, dP) * (1.0 / math.sqrt(Q.shape[-1]))
     dQ, dK = dS @ K, np.swapaxes(dS, -1, -2) @ Q
     dH = 0.0
     for k, dZ in (("W_Q", dQ), ("W_K", dK), ("W_V", dV)):

@@ -34,7 +34,10 @@ import math
 
 import numpy as np
 
+from .._validate import as_int_at_least, as_positive_float
+from ..attention import as_mask
 from ..softmax import softmax
+from .base import check_input, weight
 from .rope import rope, rope_tables, rope_transpose
 
 __all__ = ["MultiHeadAttention", "softmax_jvp"]
@@ -63,29 +66,59 @@ class MultiHeadAttention:
     b_Q, b_K, b_V, b_O : ndarray or None
         Biases of the matching widths.
     mask : None, "causal" or bool ndarray (N, N)
-        Already validated (:func:`lipattn.attention.as_mask`); True = may attend.
+        True = may attend (:func:`lipattn.attention.as_mask`, checked against
+        N at every forward pass).
     rope_theta : float or None
         RoPE base (even ``d_h``), or None for no rotary embedding.
 
-    The caller validates shapes; :mod:`lipattn.models` and
-    :mod:`lipattn.lipschitz` do.
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: shapes that do not match, head counts that do not
+        divide, non-finite weights.
     """
 
     def __init__(self, W_Q, W_K, W_V, W_O=None, *, n_head: int = 1, n_kv_head: int | None = None,
                  b_Q=None, b_K=None, b_V=None, b_O=None, mask=None,
                  rope_theta: float | None = None) -> None:
-        self.W_Q, self.W_K, self.W_V, self.W_O = W_Q, W_K, W_V, W_O
-        self.b_Q, self.b_K, self.b_V, self.b_O = b_Q, b_K, b_V, b_O
-        self.n_head = n_head
-        self.n_kv_head = n_head if n_kv_head is None else n_kv_head
-        self.head_dim = W_Q.shape[1] // n_head
-        self.value_dim = W_V.shape[1] // self.n_kv_head
-        self.mask, self.rope_theta = mask, rope_theta
+        self.n_head = h = as_int_at_least(n_head, "n_head", 1)
+        self.n_kv_head = h_kv = h if n_kv_head is None else as_int_at_least(n_kv_head,
+                                                                            "n_kv_head", 1)
+        if h % h_kv:
+            raise ValueError(f"n_kv_head must divide n_head = {h}; got n_kv_head = {h_kv}")
+        self.W_Q = weight(W_Q, "W_Q", (None, None))
+        d, q = self.W_Q.shape
+        if q % h:
+            raise ValueError(f"W_Q must have n_head * d_h columns (n_head = {h}); got shape "
+                             f"{self.W_Q.shape}")
+        self.head_dim = q // h
+        self.W_K = weight(W_K, "W_K", (d, h_kv * self.head_dim))
+        self.W_V = weight(W_V, "W_V", (d, None))
+        if self.W_V.shape[1] % h_kv:
+            raise ValueError(f"W_V must have n_kv_head * d_v columns (n_kv_head = {h_kv}); got "
+                             f"shape {self.W_V.shape}")
+        self.value_dim = self.W_V.shape[1] // h_kv
+        self.W_O = None if W_O is None else weight(W_O, "W_O", (h * self.value_dim, None))
+        opt = lambda b, name, n: None if b is None else weight(b, name, (n,))  # noqa: E731
+        self.b_Q = opt(b_Q, "b_Q", q)
+        self.b_K = opt(b_K, "b_K", h_kv * self.head_dim)
+        self.b_V = opt(b_V, "b_V", self.W_V.shape[1])
+        if b_O is not None and W_O is None:
+            raise ValueError("b_O needs W_O; got b_O with W_O=None")
+        self.b_O = opt(b_O, "b_O", None if W_O is None else self.W_O.shape[1])
+        if mask is not None and not isinstance(mask, str):
+            mask = np.asarray(mask)
+        as_mask(mask, np.shape(mask)[0] if np.ndim(mask) == 2 else 1)   # type and rows
+        self.mask = mask
+        self.rope_theta = None if rope_theta is None else as_positive_float(rope_theta,
+                                                                            "rope_theta")
+        if self.rope_theta is not None and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head size; got d_h = {self.head_dim}")
 
     # -- helpers --------------------------------------------------------------
-    # numpy hands a batched matmul to BLAS only when every operand's slices have
-    # unit stride along their rows, so the transposes the products need are
-    # stored as contiguous copies (computed once per forward pass).
+    # Every operand of a batched matmul is a contiguous (heads, rows, cols)
+    # array: the transposes the products need (K^T, V^T, P^T) are copied once
+    # per forward pass and reused by every jvp and vjp.
     def _split(self, Z: np.ndarray, heads: int) -> np.ndarray:
         """(N, heads * k) -> (heads, N, k), contiguous."""
         N = Z.shape[0]
@@ -106,11 +139,7 @@ class MultiHeadAttention:
         return Y + self.b_O if bias and self.b_O is not None else Y
 
     def _mask_array(self, N: int):
-        if self.mask is None:
-            return None
-        if isinstance(self.mask, str):
-            return np.tri(N, dtype=bool)
-        return self.mask
+        return as_mask(self.mask, N)
 
     def _project(self, X, W, b, heads, rot):
         Z = X @ W
@@ -121,6 +150,7 @@ class MultiHeadAttention:
 
     # -- the layer protocol ---------------------------------------------------
     def forward(self, X: np.ndarray):
+        check_input(X, self.W_Q.shape[0], "MultiHeadAttention")
         N = X.shape[0]
         rot = None
         if self.rope_theta is not None:

@@ -21,9 +21,30 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._validate import as_real_array
 from ..lanczos import LipschitzEstimate, jacobian_norm
 
 __all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz"]
+
+
+def weight(W: Any, name: str, shape: tuple) -> np.ndarray:
+    """A layer's parameter, validated: finite, real, of ``shape`` (None = any length).
+
+    float32 arrays are kept as they are (float32 models); anything else becomes float64.
+    """
+    arr = as_real_array(W, name, ndim=len(shape))
+    if any(s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)):
+        want = "(" + ", ".join("n" if s is None else str(s) for s in shape) + ("," if len(
+            shape) == 1 else "") + ")"
+        raise ValueError(f"{name} must have shape {want}; got shape {arr.shape}")
+    return W if isinstance(W, np.ndarray) and W.dtype == np.float32 else arr
+
+
+def check_input(X: np.ndarray, d: int, owner: str) -> None:
+    """A cheap shape check for the hot path (layers do not re-validate entries)."""
+    if not isinstance(X, np.ndarray) or X.ndim != 2 or X.shape[1] != d:
+        raise ValueError(f"{owner}.forward's X must be an ndarray of shape (N, {d}); got "
+                         f"{getattr(X, 'shape', type(X).__name__)}")
 
 
 class Layer(Protocol):
@@ -83,8 +104,25 @@ def layer_lipschitz(layer: Any, X: np.ndarray, *, tol: float = 1e-10,
 
     One forward pass, then Golub–Kahan–Lanczos on the layer's jvp and vjp
     (:func:`lipattn.jacobian_norm`; exact up to the relative tolerance tol).
-    ``X`` is used as given (validate it first).
+
+    Parameters
+    ----------
+    layer : a layer (``forward``, ``jvp``, ``vjp``)
+    X : array_like, shape (N, d)
+        Finite; float64 (or float32 for a float32 layer, whose products are
+        then accurate to about 1e-7).
+    tol : float, default 1e-10
+    seed : int, default 0
+
+    Returns
+    -------
+    LipschitzEstimate
     """
+    for method in ("forward", "jvp", "vjp"):
+        if not callable(getattr(layer, method, None)):
+            raise TypeError(f"layer must have forward, jvp and vjp methods; got "
+                            f"{type(layer).__name__} without {method}")
+    X = weight(X, "X", (None, None))
     Y, state = layer.forward(X)
     dtype = Y.dtype
     return jacobian_norm(lambda E: layer.jvp(state, E.astype(dtype, copy=False)),

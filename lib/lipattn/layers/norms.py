@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._validate import as_positive_float
 from ..layernorm import _prepare
 from ..transformer import _ln_plain_bwd
+from .base import check_input, weight
 
 __all__ = ["LayerNorm", "RMSNorm"]
 
@@ -29,9 +31,12 @@ class LayerNorm:
     """LayerNorm with gain ``g`` and bias ``b``, both shape (d,); ``eps`` > 0."""
 
     def __init__(self, g: np.ndarray, b: np.ndarray, eps: float) -> None:
-        self.g, self.b, self.eps = g, b, eps
+        self.g = weight(g, "g", (None,))
+        self.b = weight(b, "b", (self.g.shape[0],))
+        self.eps = as_positive_float(eps, "eps")
 
     def forward(self, X: np.ndarray):
+        check_input(X, self.g.shape[0], "LayerNorm")
         _, _, y, s = _prepare(X, self.eps)
         y, inv_s = y.astype(X.dtype, copy=False), (1.0 / s).astype(X.dtype, copy=False)
         return self.g * y + self.b, (y, inv_s)
@@ -52,9 +57,11 @@ class RMSNorm:
     """RMSNorm with gain ``g``, shape (d,); ``eps`` > 0 (no centring, no bias)."""
 
     def __init__(self, g: np.ndarray, eps: float) -> None:
-        self.g, self.eps = g, eps
+        self.g = weight(g, "g", (None,))
+        self.eps = as_positive_float(eps, "eps")
 
     def forward(self, X: np.ndarray):
+        check_input(X, self.g.shape[0], "RMSNorm")
         x = X.astype(np.float64)
         big = np.max(np.abs(x), axis=-1, keepdims=True)
         big = np.where(big > 0, big, 1.0)

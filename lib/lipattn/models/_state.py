@@ -50,7 +50,7 @@ class StateDict:
         if arr.shape != tuple(shape):
             raise ValueError(f"state[{name!r}] must have shape {tuple(shape)}; got shape "
                              f"{arr.shape}")
-        return arr.astype(self.dtype)
+        return arr.astype(self.dtype, copy=False)
 
     def shape_of(self, name: str) -> tuple[int, ...]:
         if name not in self._items:

@@ -22,8 +22,9 @@ By default weights and computations are float64. ``dtype=numpy.float32``
 stores the weights and runs the forward pass and every product in float32
 (half the memory, faster matmuls); the Lanczos recursion itself stays in
 float64. The products then carry relative errors of about 1e-7, so constants
-are accurate to about 1e-6 relative and ``tol`` must be at least 1e-6 (its
-default becomes 1e-5).
+are accurate to about 1e-6 relative: a float32 model raises every ``tol`` below
+1e-5 to 1e-5 (the certified residual is reported in
+:meth:`Decoder.local_lipschitz_info`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ from ..layers import Residual, Sequential
 
 __all__ = ["Block", "Decoder"]
 
-#: Smallest tol accepted in float32 mode, and its default there.
-FLOAT32_MIN_TOL = 1e-6
+#: The smallest tol of a float32 model (smaller ones are raised to it).
 FLOAT32_TOL = 1e-5
 
 
@@ -105,13 +105,8 @@ class Decoder:
         return layer
 
     def _tol(self, tol: Any) -> float:
-        if tol is None:
-            return FLOAT32_TOL if self.dtype == np.float32 else 1e-10
         tol = _check_tol(tol)
-        if self.dtype == np.float32 and tol < FLOAT32_MIN_TOL:
-            raise ValueError(f"tol must be >= {FLOAT32_MIN_TOL:g} for a float32 model (its "
-                             f"products carry float32 rounding); got {tol!r}")
-        return tol
+        return max(tol, FLOAT32_TOL) if self.dtype == np.float32 else tol
 
     def _map(self, start: int, stop: int, final_norm: bool) -> Sequential:
         return Sequential(self.blocks[start:stop] + ([self.final] if final_norm else []))
@@ -145,36 +140,35 @@ class Decoder:
         H = self._check_H(H)
         return self._map(*self._range(start, stop, final_norm)).forward(H)[0]
 
+    def _product(self, H: Any, V: Any, name: str, start, stop, final_norm, adjoint: bool):
+        H = self._check_H(H)
+        V = self._check_H(V, name)
+        if V.shape != H.shape:
+            raise ValueError(f"{name} must have the shape of H, {H.shape}; got shape {V.shape}")
+        layer = self._map(*self._range(start, stop, final_norm))
+        state = layer.forward(H)[1]
+        return layer.vjp(state, V) if adjoint else layer.jvp(state, V)
+
     def jvp(self, H: Any, E: Any, *, start: int = 0, stop: int | None = None,
             final_norm: bool = False) -> np.ndarray:
         """The Jacobian-vector product of :meth:`forward` at H in the direction E, (N, d)."""
-        H = self._check_H(H)
-        E = self._check_H(E, "E")
-        if E.shape != H.shape:
-            raise ValueError(f"E must have the shape of H, {H.shape}; got shape {E.shape}")
-        layer = self._map(*self._range(start, stop, final_norm))
-        return layer.jvp(layer.forward(H)[1], E)
+        return self._product(H, E, "E", start, stop, final_norm, adjoint=False)
 
     def vjp(self, H: Any, G: Any, *, start: int = 0, stop: int | None = None,
             final_norm: bool = False) -> np.ndarray:
         """The vector-Jacobian product (adjoint) of :meth:`forward` at H, (N, d) -> (N, d)."""
-        H = self._check_H(H)
-        G = self._check_H(G, "G")
-        if G.shape != H.shape:
-            raise ValueError(f"G must have the shape of H, {H.shape}; got shape {G.shape}")
-        layer = self._map(*self._range(start, stop, final_norm))
-        return layer.vjp(layer.forward(H)[1], G)
+        return self._product(H, G, "G", start, stop, final_norm, adjoint=True)
 
     def local_lipschitz_info(self, H: Any, *, start: int = 0, stop: int | None = None,
                              final_norm: bool = False,
-                             tol: float | None = None) -> LipschitzEstimate:
+                             tol: float = 1e-10) -> LipschitzEstimate:
         """:meth:`local_lipschitz` with the number of products and the certified residual."""
         H = self._check_H(H)
         layer = self._map(*self._range(start, stop, final_norm))
         return self._norm(layer, H, self._tol(tol))
 
     def local_lipschitz(self, H: Any, *, start: int = 0, stop: int | None = None,
-                        final_norm: bool = False, tol: float | None = None) -> float:
+                        final_norm: bool = False, tol: float = 1e-10) -> float:
         r"""The exact local Lipschitz constant of :meth:`forward`'s map at H.
 
         :math:`\|D F(H)\|_2` for F = blocks ``start..stop-1`` (then the final norm
@@ -187,8 +181,9 @@ class Decoder:
         H : array_like, shape (N, d)
         start, stop, final_norm
             As in :meth:`forward`.
-        tol : float, optional
-            Relative residual tolerance, default 1e-10 (1e-5 for float32 models).
+        tol : float, default 1e-10
+            Relative residual tolerance in [1e-14, 1) (at least 1e-5 for a
+            float32 model, see the module docstring).
 
         Returns
         -------
@@ -204,7 +199,7 @@ class Decoder:
         return self.forward(H, stop=self._layer_index(layer))
 
     def sublayer_lipschitz(self, H: Any, layer: int, *, branch: str = "attention",
-                           residual: bool = False, tol: float | None = None) -> float:
+                           residual: bool = False, tol: float = 1e-10) -> float:
         r"""Exact local constant of one branch of block ``layer``, with or without the residual.
 
         ``H`` is the residual stream *entering block* ``layer`` (see
@@ -235,7 +230,7 @@ class Decoder:
         return self._norm(Residual(f) if residual else f, X, tol).value
 
     def head_lipschitz(self, H: Any, layer: int, *, include_norm: bool = True,
-                       tol: float | None = None) -> np.ndarray:
+                       tol: float = 1e-10) -> np.ndarray:
         r"""Exact local constants of every attention head of block ``layer``, shape (n_head,).
 
         Head i's map is its contribution :math:`P_i V_{i'} W_O^{(i)}` to the

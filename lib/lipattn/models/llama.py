@@ -11,6 +11,10 @@ Face's default RoPE on queries and keys (``rotate_half``,
 :math:`(\mathrm{silu}(x W_g^\top) \odot x W_u^\top) W_d^\top`. Projections
 are in ``nn.Linear`` layout (out, in): :math:`y = x W^\top`.
 
+Hugging Face's ``LlamaRMSNorm`` normalises in float32 even in a float64
+model; here everything is float64, so forward passes agree with a float64
+Hugging Face model to about 1e-7, not to float64 rounding.
+
 Not modelled: RoPE scaling (``rope_scaling``), ``head_dim`` other than
 ``d / n_head``, MLP biases, padding masks. Attention biases
 (``attention_bias=True``) are read when present.
@@ -30,7 +34,7 @@ from .gpt2 import _check_tokens
 
 __all__ = ["Llama"]
 
-_IGNORE = (r"lm_head\.weight", r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
+_IGNORE = (r"lm_head\.weight", r"(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq")
 
 
 class Llama(Decoder):
