@@ -143,14 +143,17 @@ class StabilisedAttention:
         if self.qk_norm_over == "all":
             Y, st = self._norm.forward(Z)
             return self._split(Y), st
-        return self._norm.forward(self._split(Z))
+        H = self._split(Z)                     # the norm works on rows: (h N, d_h)
+        Y, st = self._norm.forward(H.reshape(-1, H.shape[-1]))
+        return Y.reshape(H.shape), st
 
     def _qk_jvp(self, st, dZ: np.ndarray) -> np.ndarray:
         if self._norm is None:
             return self._split(dZ)
         if self.qk_norm_over == "all":
             return self._split(self._norm.jvp(st, dZ))
-        return self._norm.jvp(st, self._split(dZ))
+        H = self._split(dZ)
+        return self._norm.jvp(st, H.reshape(-1, H.shape[-1])).reshape(H.shape)
 
     def _qk_vjp(self, st, G: np.ndarray) -> np.ndarray:
         """(h, N, d_h) -> (N, h d_h)."""
@@ -158,7 +161,7 @@ class StabilisedAttention:
             return self._merge(G)
         if self.qk_norm_over == "all":
             return self._norm.vjp(st, self._merge(G))
-        return self._merge(self._norm.vjp(st, G))
+        return self._merge(self._norm.vjp(st, G.reshape(-1, G.shape[-1])).reshape(G.shape))
 
     # -- the layer protocol ---------------------------------------------------
     def logits(self, X: Any) -> np.ndarray:
