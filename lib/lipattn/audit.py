@@ -213,8 +213,9 @@ CLAIMS: tuple[Claim, ...] = (
         r"match depends on the setting; in the book's small encoders Pre-LN's fall towards "
         r"the output. Adam's first step has the same relative size everywhere; "
         r"Post-LN fails without warm-up because it amplifies parameter changes with depth.",
-        r"Pre-LN gradients fall towards the output; the last layer scales like $L^{-1/2}$; "
-        r"warm-up tames amplification.",
+        r"Whether Pre-LN gradients are flat depends on the setting (in the book's encoders "
+        r"they fall towards the output); the last layer's scales like $L^{-1/2}$; warm-up "
+        r"tames amplification.",
         "04_prenorm_postnorm", ("def-variants",),
         {"en": r"Pre-LN's gradient norms are not constant across layers (they fall towards "
                r"the output); Xiong et al. bound the last layer's gradient only "
