@@ -287,7 +287,8 @@ def test_l2_local_constant_below_kim_bound(kind, N, d, dk, log_scale, seed):
     rng = np.random.default_rng(seed)
     X = _adversarial(kind, N, d, 10**log_scale, seed)
     Wq, Wv = rng.standard_normal((d, dk)), rng.standard_normal((d, 2))
-    assert l2_local_lipschitz(X, Wq, Wv) <= kim_l2_bound(X.shape[0], Wq, Wv)
+    # at N = 1 the exact-inverse bound is attained (phi^-1(0) = 0), so allow rounding
+    assert l2_local_lipschitz(X, Wq, Wv) <= kim_l2_bound(X.shape[0], Wq, Wv) * (1 + 1e-12)
 
 
 # -- the attention sublayers of a Transformer ----------------------------------

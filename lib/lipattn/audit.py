@@ -215,16 +215,17 @@ CLAIMS: tuple[Claim, ...] = (
         r"Post-LN amplifies parameter changes with depth (Liu et al.), the usual "
         r"explanation of why it needs warm-up; that this amplification is what makes the "
         r"small runs fail is an inference, not measured.",
-        r"Pre-LN gradients fall towards the output; the last layer scales like $L^{-1/2}$; "
-        r"warm-up tames amplification.",
+        r"Whether Pre-LN gradients are flat depends on the setting (in the book's encoders "
+        r"they fall towards the output); the last layer's is bounded like $L^{-1/2}$; warm-up "
+        r"is usually explained by amplification.",
         "04_prenorm_postnorm", ("def-variants",),
-        {"en": r"Pre-LN's gradient norms are not constant across layers (they fall towards "
-               r"the output); Xiong et al. bound the last layer's gradient only "
-               r"($\propto L^{-1/2}$); warm-up is usually explained by Post-LN's "
+        {"en": r"Pre-LN's gradient norms need not be constant across layers (in the book's "
+               r"small encoders they fall towards the output); Xiong et al. bound the last "
+               r"layer's gradient only (an upper bound of order $d\sqrt{\ln d/L}$); warm-up is usually explained by Post-LN's "
                r"amplification of updates with depth (Liu et al.), and in small runs the "
                r"failures went with falling token diversity, a correlation.",
-         "zh": r"Pre-LN 各层的梯度范数并不恒定（朝输出方向递减）；Xiong 等人只给出了最后一层"
-               r"梯度的上界（$\propto L^{-1/2}$）；预热通常被解释为抵消 Post-LN 随深度"
+         "zh": r"Pre-LN 各层的梯度范数不一定恒定（在本书的小型编码器中朝输出方向递减）；"
+               r"Xiong 等人只给出了最后一层梯度的上界（$d\sqrt{\ln d/L}$ 量级的上界）；预热通常被解释为抵消 Post-LN 随深度"
                r"放大参数更新的效应（Liu 等人），而在小规模实验中，"
                r"训练失败与 token 多样性持续下降同时出现，这只是相关关系。"},
     ),
@@ -266,11 +267,13 @@ CLAIMS: tuple[Claim, ...] = (
         "06_attention_lipschitz", ("thm-t-squared", "thm-local-bound"),
         {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: the "
                r"worst case over a ball of radius $R$ grows like $R^2$. “Necessary and "
-               r"sufficient” fails both ways: deep Transformers train without spectral "
-               r"normalisation, and with it the logits are still quadratic in $X$.",
+               r"sufficient” is not a checkable statement (no theorem, model or norm); deep "
+               r"Transformers do train without spectral normalisation, and with it the "
+               r"logits are still quadratic in $X$.",
          "zh": r"任何关于 $\|X\|$ 线性的公式都不是注意力 Lipschitz 常数的上界：半径为 $R$ 的"
-               r"球上的最坏情形按 $R^2$ 增长。“充分必要”两半都不成立：不用谱归一化，深层 "
-               r"Transformer 也能训练；用了谱归一化，logits 仍是 $X$ 的二次函数。"},
+               r"球上的最坏情形按 $R^2$ 增长。“充分必要”不是一个可以检验的命题（没有给出定理、"
+               r"模型或范数）；不用谱归一化，深层 Transformer 也能训练；用了谱归一化，logits "
+               r"仍是 $X$ 的二次函数。"},
     ),
     Claim(
         8, "Depth, residual scaling and LayerNorm",
