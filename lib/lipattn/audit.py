@@ -221,11 +221,13 @@ CLAIMS: tuple[Claim, ...] = (
         "04_prenorm_postnorm", ("def-variants",),
         {"en": r"Pre-LN's gradient norms need not be constant across layers (in the book's "
                r"small encoders they fall towards the output); Xiong et al. bound the last "
-               r"layer's gradient only (an upper bound of order $d\sqrt{\ln d/L}$); warm-up is usually explained by Post-LN's "
+               r"layer's gradient only (an upper bound of order $d\sqrt{\ln d/L}$); warm-up "
+               r"is usually explained by Post-LN's "
                r"amplification of updates with depth (Liu et al.), and in small runs the "
                r"failures went with falling token diversity, a correlation.",
          "zh": r"Pre-LN 各层的梯度范数不一定恒定（在本书的小型编码器中朝输出方向递减）；"
-               r"Xiong 等人只给出了最后一层梯度的上界（$d\sqrt{\ln d/L}$ 量级的上界）；预热通常被解释为抵消 Post-LN 随深度"
+               r"Xiong 等人只给出了最后一层梯度的上界（$d\sqrt{\ln d/L}$ 量级）；"
+               r"预热通常被解释为抵消 Post-LN 随深度"
                r"放大参数更新的效应（Liu 等人），而在小规模实验中，"
                r"训练失败与 token 多样性持续下降同时出现，这只是相关关系。"},
     ),
