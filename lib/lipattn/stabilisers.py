@@ -262,12 +262,13 @@ def qk_norm_ball_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any, eps: floa
         \|W_V\|_2\Bigl(\sqrt N + R\sqrt{N/2}\,\frac{\|W_Q\|_2 + \|W_K\|_2}{\sqrt\varepsilon}\Bigr)
 
     for unit-gain RMSNorm with epsilon ``eps`` on queries and keys and
-    :math:`1/\sqrt{d_h}` scaling, no biases, no mask (the book's Chapter 7
-    proves it). Also for several heads with RMSNorm per head and no output
-    projection, with the full ``W_Q``, ``W_K``, ``W_V``. The proof does not cover
-    one norm over all heads (OLMo 2), where a head's part of a normalised
-    vector can exceed :math:`\sqrt{d_h}`. Linear in R: QK-norm removes the
-    :math:`R^2` of dot-product attention but not the growth.
+    :math:`1/\sqrt{d_h}` scaling, no biases, with or without a mask (the book's
+    Chapter 7 proves it). Also for several heads with RMSNorm per head and no
+    output projection, with the full ``W_Q``, ``W_K``, ``W_V``. With one norm
+    over all h heads (OLMo 2) the second term needs a factor
+    :math:`\sqrt h`, which this function does not include. Linear in R:
+    QK-norm removes the :math:`R^2` of dot-product attention but not the
+    growth.
     """
     R = as_positive_float(R, "R", allow_zero=True)
     eps = as_positive_float(eps, "eps")
