@@ -170,3 +170,48 @@ def test_qk_norm_bounds_hold_on_random_and_adversarial_inputs():
         row1 = np.linalg.norm(layer.jvp(st, E)[0])
         assert abs(row1 - qk_norm_two_sided_lower(t, eps)) < 1e-9 * row1
         assert stabilised_lipschitz(layer, X).value >= row1 * (1 - 1e-9)
+
+
+def test_two_sided_lower_bound_is_at_least_linear():
+    """Chapter 7, part 3: the bound is >= 2 t / (3 sqrt eps) for every t."""
+    from lipattn.stabilisers import qk_norm_two_sided_lower
+
+    for eps in (1e-6, 1e-2, 1.0):
+        for u in np.geomspace(1e-3, 1e6, 200):
+            t = u * np.sqrt(eps)
+            assert qk_norm_two_sided_lower(t, eps) >= 2 * t / (3 * np.sqrt(eps)) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("mask, over, factor", [(None, "head", 1.0), ("causal", "head", 1.0),
+                                                 (None, "all", np.sqrt(2))])
+def test_ball_bound_holds_for_two_heads(mask, over, factor):
+    """Part 4 with two heads and no W_O: per head with or without a mask, and with
+    sqrt(h) on the second term for one norm over all heads; half the inputs have a
+    vanishing query in head 1."""
+    from lipattn.stabilisers import qk_norm_ball_bound
+
+    rng = np.random.default_rng(12)
+    for k in range(16):
+        n, eps = int(rng.integers(2, 7)), 10 ** rng.uniform(-6, -1)
+        W = [rng.standard_normal((4, 4)) for _ in range(3)]
+        X = rng.standard_normal((n, 4))
+        if k % 2:                          # token 1's query in head 1 vanishes
+            X[0] = 3 * np.linalg.svd(W[0][:, :2].T)[2][-1]
+        R = np.linalg.norm(X, axis=1).max()
+        layer = StabilisedAttention(*W, n_head=2, mask=mask, qk_norm="rms", qk_norm_over=over,
+                                    qk_norm_eps=eps)
+        first = np.linalg.norm(W[2], 2) * np.sqrt(n)
+        bound = first + factor * (qk_norm_ball_bound(R, n, *W, eps) - first)
+        assert stabilised_lipschitz(layer, X).value <= bound
+
+
+def test_a_vanishing_head_query_breaks_boundedness_with_per_head_norm():
+    """No row of X W_Q is zero, yet one head's query is: the constant grows like t."""
+    I4 = np.eye(4)
+    X = np.array([[0.0, 0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 1.0]])
+    assert np.all(np.abs(X @ I4).sum(axis=1) > 0)
+    layer = StabilisedAttention(I4, I4, I4, n_head=2, qk_norm="rms", qk_norm_eps=1e-6)
+    L = [stabilised_lipschitz(layer, t * X).value for t in (10.0, 100.0, 1000.0)]
+    assert L[1] > 9 * L[0] and L[2] > 9 * L[1]
+    # per-head row of token 1 in head 1: the two-sided computation with keys (t, 0), (-t, 0)
+    assert L[0] >= 2 * 10.0 / (3 * 1e-3) * 0.99

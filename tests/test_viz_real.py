@@ -64,6 +64,23 @@ def test_head_constants_against_dense_jacobians():
     assert hc["exact"] <= min(hc["sum"], hc["sqrt_form"]) * (1 + 1e-9)
 
 
+def test_head_constants_keep_the_key_bias_under_rope():
+    """With RoPE the key bias enters the Jacobian, so the bare heads must keep it."""
+    rng = np.random.default_rng(4)
+    d, h = 8, 2
+    W = [rng.standard_normal((d, d)) / 2 for _ in range(4)]
+    attn = MultiHeadAttention(*W, n_head=h, b_K=3 * rng.standard_normal(d), mask="causal",
+                              rope_theta=10.0)
+    X = rng.standard_normal((5, d))
+    hc = real.head_constants(attn, X)
+    for i in range(h):
+        head = attn.head(i)
+        bare = lambda Z, hd=head: hd.forward(Z)[0] @ np.linalg.pinv(hd.W_O)  # noqa: E731
+        ci = np.linalg.norm(dense_jacobian(bare, X), 2)
+        assert abs(hc["c_h"][i] - ci) < 1e-5 * ci
+    assert hc["exact"] <= min(hc["sum"], hc["sqrt_form"]) * (1 + 1e-9)
+
+
 @pytest.mark.parametrize("layout", ["gpt2", "llama"])
 def test_depth_profile_obeys_the_chain_rule(layout):
     p = real.depth_profile(layout, 6, [1, 3, 6], d=16, n_head=2, N=4, seed=4)

@@ -262,9 +262,13 @@ def qk_norm_ball_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any, eps: floa
         \|W_V\|_2\Bigl(\sqrt N + R\sqrt{N/2}\,\frac{\|W_Q\|_2 + \|W_K\|_2}{\sqrt\varepsilon}\Bigr)
 
     for unit-gain RMSNorm with epsilon ``eps`` on queries and keys and
-    :math:`1/\sqrt{d_h}` scaling, no biases, no mask (the book's Chapter 7
-    proves it). Linear in R: QK-norm removes the :math:`R^2` of dot-product
-    attention but not the growth.
+    :math:`1/\sqrt{d_h}` scaling, no biases, with or without a mask (the book's
+    Chapter 7 proves it). Also for several heads with RMSNorm per head and no
+    output projection, with the full ``W_Q``, ``W_K``, ``W_V``. With one norm
+    over all h heads (OLMo 2) the second term needs a factor
+    :math:`\sqrt h`, which this function does not include. Linear in R:
+    QK-norm removes the :math:`R^2` of dot-product attention but not the
+    growth.
     """
     R = as_positive_float(R, "R", allow_zero=True)
     eps = as_positive_float(eps, "eps")
@@ -278,8 +282,9 @@ def qk_norm_ball_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any, eps: floa
 def qk_norm_two_sided_lower(t: float, eps: float) -> float:
     r"""Lower bound on the QK-RMSNorm constant at :math:`t(0, e_1, -e_1)`, identity weights, d = 2.
 
-    :math:`\frac{2t^2}{3\sqrt{2\varepsilon}\sqrt{t^2/2 + \varepsilon}} + \frac13`, about
-    :math:`2t/(3\sqrt\varepsilon)` for large t (the book's Chapter 7 proves it).
+    :math:`\frac{2t^2}{3\sqrt{2\varepsilon}\sqrt{t^2/2 + \varepsilon}} + \frac13`, at least
+    :math:`2t/(3\sqrt\varepsilon)` for every t and asymptotic to it (the book's
+    Chapter 7 proves both).
     """
     t = as_positive_float(t, "t", allow_zero=True)
     eps = as_positive_float(eps, "eps")

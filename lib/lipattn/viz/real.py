@@ -124,8 +124,8 @@ def head_constants(attn: MultiHeadAttention, X: np.ndarray, *, tol: float = 1e-8
     """
     heads = [attn.head(i) for i in range(attn.n_head)]
     L_h = np.array([layer_lipschitz(h, X, tol=tol).value for h in heads])
-    bare = [MultiHeadAttention(h.W_Q, h.W_K, h.W_V, None, b_Q=h.b_Q, mask=h.mask,
-                               rope_theta=h.rope_theta) for h in heads]
+    bare = [MultiHeadAttention(h.W_Q, h.W_K, h.W_V, None, b_Q=h.b_Q, b_K=h.b_K, b_V=h.b_V,
+                               mask=h.mask, rope_theta=h.rope_theta) for h in heads]
     c_h = np.array([layer_lipschitz(h, X, tol=tol).value for h in bare])
     exact = layer_lipschitz(attn, X, tol=tol).value
     return {"L_h": L_h, "c_h": c_h, "exact": exact, "sum": float(L_h.sum()),
