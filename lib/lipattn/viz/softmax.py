@@ -341,6 +341,12 @@ class LogitsExplorer(Explorer):
         Slider("tau", (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0), label="temperature τ",
                default=1.0),
     )
+    presets = {
+        "start: z₁ = 1.5, τ = 1 (the largest eigenvalue peaks)": {"z1": 1.5, "tau": 1.0},
+        "near the tie, τ = 1 (the dip)": {"z1": 0.75, "tau": 1.0},
+        "near the tie, τ = 0.25 (above the loose bound 1)": {"z1": 0.75, "tau": 0.25},
+        "z₁ = 6 (p concentrates, J fades)": {"z1": 6.0, "tau": 1.0},
+    }
     width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):
@@ -397,7 +403,11 @@ class SaturationExplorer(Explorer):
 
     name = "softmax-saturation"
     title = "Saturation: scale the logits z = a·z₀ and watch ‖J‖₂ vanish"
-    slider_specs = (Slider("scale", _SAT_SCALES, label="scale a", default=_SAT_SCALES[10]),)
+    slider_specs = (Slider("scale", _SAT_SCALES, label="logit scale a", default=_SAT_SCALES[10]),)
+    presets = {
+        "a = 0.05 (nearly uniform)": {"scale": _SAT_SCALES[0]},
+        "a = 50 (saturated)": {"scale": _SAT_SCALES[-1]},
+    }
     width, height = 8.4, 3.0
 
     def setup(self, fig: Figure):
