@@ -72,4 +72,16 @@
     clearTimeout(timer);
     timer = setTimeout(function () { if (root.classList.contains("lp-math-done")) { fitMath(); focusable(); } }, 150);
   });
+
+  /* Search snippets: prose only, no raw TeX, code, players or quizzes. */
+  if (typeof Search !== "undefined" && Search.htmlToText && !Search.lpClean) {
+    var toText = Search.htmlToText;
+    Search.lpClean = true;
+    Search.htmlToText = function (htmlString, anchor) {
+      var doc = new DOMParser().parseFromString(htmlString, "text/html");
+      doc.querySelectorAll(".math, .cell_input, .cell_output, pre, .lipattn-player, " +
+        ".lipattn-quiz, .lp-run-locally").forEach(function (el) { el.remove(); });
+      return toText(doc.documentElement.outerHTML, anchor);
+    };
+  }
 })();
