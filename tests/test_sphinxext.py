@@ -160,13 +160,14 @@ def test_rewrite_page_moves_frames_out_and_sizes_figures(tmp_path: Path):
     img = out[out.index('<img alt='):]
     with Image.open(site / "_images" / "f.png") as im:
         w_px, h_px = im.size
-    assert w_px == 2 * 688  # drawn at the column width, 2x
-    assert 'width="688"' in img and f'height="{round(h_px / 2)}"' in img
+    col = round(plotting.COLUMN_IN * plotting.CSS_PX_PER_IN)
+    assert w_px == 2 * col  # drawn at the column width, 2x
+    assert f'width="{col}"' in img and f'height="{round(h_px / 2)}"' in img
     assert 'loading="lazy"' in img and "time t" in img and "../_images/f.png\"" in img
     font = float(img.split('data-min-font-px="')[1].split('"')[0])
     assert abs(font - 8 * 100 / 72) < 0.01  # the 6-pt legend raised to 8 pt
     phone = int(img.split("--lp-phone-min: ")[1].split("px")[0])
-    assert abs(phone * font / 688 - 9.0) < 0.02  # its smallest text at 9 px on a phone
+    assert abs(phone * font / col - 9.0) < 0.02  # its smallest text at 9 px on a phone
 
 
 def test_icons_become_inline_svg(tmp_path: Path):

@@ -5,8 +5,8 @@ figure, so every plot shares fonts, grid and colours, and every explorer
 frame has the same look.
 
 **Drawn for the width they are shown at.** A figure inch is 100 CSS pixels:
-:func:`figure` draws at most :data:`COLUMN_IN` = 6.88 in, the text column of
-the site on a 1280-pixel desktop (688 CSS px), so a font of ``f`` points shows
+:func:`figure` draws at most :data:`COLUMN_IN` = 6.72 in, the text column of
+the site on a 1280-pixel desktop (672 CSS px), so a font of ``f`` points shows
 at ``f * 100 / 72`` CSS px there (9 pt -> 12.5 px). Images are encoded at
 :data:`DPR` = 2 device pixels per CSS pixel (sharp on HiDPI screens), and
 every text is at least :data:`MIN_FONT_PT` (8 pt = 11.1 CSS px on the desktop).
@@ -47,8 +47,10 @@ ONE_COLOR = "#7f7f7f"
 
 #: CSS pixels per figure inch: a figure is shown at its size in inches times this.
 CSS_PX_PER_IN = 100
-#: The text column on a 1280-px desktop, in inches (688 CSS px).
-COLUMN_IN = 6.88
+#: The text column on a 1280-px desktop, in inches: 672 CSS px (the column is
+#: 688 px without a scroll bar and 675 px with one), so figures show at their
+#: natural size, unscaled.
+COLUMN_IN = 6.72
 #: Device pixels per CSS pixel in the encoded images (HiDPI screens).
 DPR = 2
 #: The smallest font in a figure, in points (11.1 CSS px at the column width).
@@ -146,9 +148,19 @@ def _wrap_titles(fig: Figure) -> bool:
     return changed
 
 
+_TEX_SYMBOLS = {
+    "leq": "≤", "le": "≤", "geq": "≥", "ge": "≥", "approx": "≈", "propto": "∝", "to": "→",
+    "infty": "∞", "cdot": "·", "times": "×", "sqrt": "√", "ell": "ℓ", "partial": "∂",
+    "sigma": "σ", "alpha": "α", "lambda": "λ", "tau": "τ", "rho": "ρ", "varepsilon": "ε",
+    "epsilon": "ε", "Delta": "Δ", "mu": "μ", "pi": "π", "top": "ᵀ", "dots": "…", "ldots": "…",
+}
+
+
 def _plain(text: str) -> str:
     """A label without TeX markup, for alt text: ``$\\|J\\|_2$`` -> ``||J||_2``."""
     text = text.replace(r"\|", "||").replace(r"\,", " ")
+    text = re.sub(r"\\([A-Za-z]+)", lambda m: _TEX_SYMBOLS.get(m.group(1), "\\" + m.group(1)),
+                  text)
     text = re.sub(r"\\(mathrm|mathbb|operatorname|text|mathbf)\{([^}]*)\}", r"\2", text)
     text = re.sub(r"\\([A-Za-z]+)", r"\1", text)
     return re.sub(r"\s+", " ", text.replace("$", "").replace("{", "").replace("}", "")).strip()
