@@ -147,7 +147,8 @@ _PLAYER_CSS = """
   font-size: 0.92em; }
 .lipattn-player fieldset.lp-choice { border: 0; padding: 0; margin: 0; display: flex;
   flex-wrap: wrap; align-items: center; gap: 0.2em 0.9em; font-size: 0.92em; }
-.lipattn-player fieldset.lp-choice legend { float: left; padding: 0; margin-right: 0.3em; }
+.lipattn-player fieldset.lp-choice legend { float: left; padding: 0; margin: 0 0.3em 0 0;
+  width: auto; font-size: 1em; font-weight: normal; line-height: inherit; }
 .lipattn-player input[type=range] { width: 13em; }
 .lipattn-player output { font-family: var(--pst-font-family-monospace, monospace);
   min-width: 4.5em; }
@@ -155,7 +156,7 @@ _PLAYER_CSS = """
   align-items: center; margin-bottom: 0.4em; font-size: 0.92em; }
 .lipattn-player button.lp-preset { border: 1px solid #8c959f; border-radius: 4px;
   background: transparent; color: inherit; padding: 0.1em 0.6em; cursor: pointer; }
-.lipattn-player .lp-frame-box { overflow-x: auto; }
+.lipattn-player .lp-frame-box { overflow-x: auto; margin: 0 -0.8em; }
 .lipattn-player img.lp-frame { max-width: 100%; height: auto; display: block;
   background: #fff; }
 .lipattn-player .lp-status { position: absolute; width: 1px; height: 1px; overflow: hidden;

@@ -637,10 +637,10 @@ class DExplorer(Explorer):
         Slider("n_keys", _N_GRID, label="number of keys N", default=64),
     )
     presets = {
-        "scaling off, N = 64, dₖ = 1": {"d": 1, "scaled": False, "n_keys": 64},
-        "scaling off, dₖ = 4096 (one-hot rows)": {"d": 4096, "scaled": False, "n_keys": 64},
-        "scaling on, dₖ = 4096": {"d": 4096, "scaled": True, "n_keys": 64},
-        "N = 2, scaling off, dₖ = 16 (no rise)": {"d": 16, "scaled": False, "n_keys": 2},
+        "off, dₖ = 1": {"d": 1, "scaled": False, "n_keys": 64},
+        "off, dₖ = 4096": {"d": 4096, "scaled": False, "n_keys": 64},
+        "on, dₖ = 4096": {"d": 4096, "scaled": True, "n_keys": 64},
+        "N = 2, off": {"d": 16, "scaled": False, "n_keys": 2},
     }
     width, height = 8.4, 4.4
 
@@ -777,8 +777,8 @@ class SigmaExplorer(Explorer):
     )
     presets = {
         "middle row, σ = 0.1": {"sigma": _SIGMAS[0], "row": 1},
-        "middle row, σ = 100 (one-hot)": {"sigma": _SIGMAS[-1], "row": 1},
-        "near-tie row, σ = 100": {"sigma": _SIGMAS[-1], "row": 0},
+        "middle row, σ = 100": {"sigma": _SIGMAS[-1], "row": 1},
+        "near tie, σ = 100": {"sigma": _SIGMAS[-1], "row": 0},
     }
     width, height = 8.4, 3.1
 

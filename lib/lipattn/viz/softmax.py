@@ -342,10 +342,10 @@ class LogitsExplorer(Explorer):
                default=1.0),
     )
     presets = {
-        "start: z₁ = 1.5, τ = 1 (the largest eigenvalue peaks)": {"z1": 1.5, "tau": 1.0},
-        "near the tie, τ = 1 (the dip)": {"z1": 0.75, "tau": 1.0},
-        "near the tie, τ = 0.25 (above the loose bound 1)": {"z1": 0.75, "tau": 0.25},
-        "z₁ = 6 (p concentrates, J fades)": {"z1": 6.0, "tau": 1.0},
+        "peak: z₁ = 1.5": {"z1": 1.5, "tau": 1.0},
+        "dip: z₁ = 0.75": {"z1": 0.75, "tau": 1.0},
+        "above 1: τ = 0.25": {"z1": 0.75, "tau": 0.25},
+        "one-hot: z₁ = 6": {"z1": 6.0, "tau": 1.0},
     }
     width, height = 8.4, 3.1
 
@@ -405,8 +405,8 @@ class SaturationExplorer(Explorer):
     title = "Saturation: scale the logits z = a·z₀ and watch ‖J‖₂ vanish"
     slider_specs = (Slider("scale", _SAT_SCALES, label="logit scale a", default=_SAT_SCALES[10]),)
     presets = {
-        "a = 0.05 (nearly uniform)": {"scale": _SAT_SCALES[0]},
-        "a = 50 (saturated)": {"scale": _SAT_SCALES[-1]},
+        "uniform: a = 0.05": {"scale": _SAT_SCALES[0]},
+        "saturated: a = 50": {"scale": _SAT_SCALES[-1]},
     }
     width, height = 8.4, 3.0
 
