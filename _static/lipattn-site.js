@@ -73,14 +73,50 @@
     timer = setTimeout(function () { if (root.classList.contains("lp-math-done")) { fitMath(); focusable(); } }, 150);
   });
 
+  /* Search ranking: a page or section whose title holds every word of the
+     query comes first ("spectral norm" -> the chapter on spectral norms,
+     not one that mentions LayerNorm); partial matches count less. */
+  if (typeof Scorer !== "undefined" && !Scorer.lpTuned) {
+    var words = (new URLSearchParams(location.search).get("q") || "").toLowerCase()
+      .split(/\s+/).filter(function (w) { return w.length > 1; });
+    Scorer.lpTuned = true;
+    Scorer.partialTitle = 3;
+    Scorer.partialTerm = 1;
+    Scorer.score = function (result) {
+      var title = String(result[1] || "").toLowerCase(), score = result[4];
+      var all = words.length > 0 && words.every(function (w) { return title.indexOf(w) >= 0; });
+      return all ? score + 20 : score;
+    };
+  }
+
+  /* A formula's source as plain text for a snippet: \|W\|_2 -> ||W||_2. */
+  var SYMBOLS = { leq: "≤", le: "≤", geq: "≥", ge: "≥", approx: "≈", to: "→", infty: "∞",
+    cdot: "·", times: "×", sqrt: "√", ell: "ℓ", partial: "∂", sigma: "σ", alpha: "α",
+    lambda: "λ", tau: "τ", rho: "ρ", varepsilon: "ε", epsilon: "ε", Delta: "Δ", mu: "μ",
+    pi: "π", top: "ᵀ", dots: "…", ldots: "…", in: "∈", ne: "≠", sum: "Σ", max: "max",
+    min: "min", log: "log", exp: "exp", softmax: "softmax", diag: "diag" };
+  function plainTeX(tex) {
+    return tex.replace(/^\s*(\\\(|\\\[|\$\$?)/, "").replace(/(\\\)|\\\]|\$\$?)\s*$/, "")
+      .replace(/\\\|/g, "||").replace(/\\[,;!: ]/g, " ")
+      .replace(/\\(left|right|big|Big|bigg|Bigg)\b/g, "")
+      .replace(/\\(mathrm|mathbb|mathbf|operatorname|text|mathcal)\{([^}]*)\}/g, "$2")
+      .replace(/\\([A-Za-z]+)/g, function (m, name) { return SYMBOLS[name] || name; })
+      .replace(/[{}]/g, "").replace(/\s+/g, " ").trim();
+  }
+
   /* Search snippets: prose only, no raw TeX, code, players or quizzes. */
   if (typeof Search !== "undefined" && Search.htmlToText && !Search.lpClean) {
     var toText = Search.htmlToText;
     Search.lpClean = true;
     Search.htmlToText = function (htmlString, anchor) {
       var doc = new DOMParser().parseFromString(htmlString, "text/html");
-      doc.querySelectorAll(".math, .cell_input, .cell_output, pre, .lipattn-player, " +
-        ".lipattn-quiz, .lp-run-locally").forEach(function (el) { el.remove(); });
+      doc.querySelectorAll(".cell_input, .cell_output, pre, .lipattn-player, " +
+        ".lipattn-quiz, .lp-run-locally, .bd-sidebar-secondary, .bd-header-article, " +
+        ".prev-next-area, .bd-footer-article, .toggle-button, .copybtn, nav, " +
+        "#jb-print-docs-body").forEach(function (el) { el.remove(); });
+      doc.querySelectorAll(".math").forEach(function (el) {
+        el.replaceWith(doc.createTextNode(plainTeX(el.textContent)));
+      });
       return toText(doc.documentElement.outerHTML, anchor);
     };
   }

@@ -484,3 +484,16 @@ def test_the_checks_can_fail(driver, tmp_path):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_search_ranks_by_title_and_snippets_are_prose(driver, server):
+    """"spectral norm" finds the chapter on spectral norms first (not the one
+    that mentions LayerNorm), and no snippet shows raw TeX or code."""
+    found = _search(driver, server, "spectral norm")
+    assert found and "chapters/05_spectral_normalisation.html" in found[0], found[:3]
+    assert not any("04_prenorm_postnorm" in u for u in found[:3]), found[:3]
+    _wait(driver, "return document.querySelectorAll('#search-results p.context').length > 2")
+    snippets = [p.text for p in driver.find_elements("css selector", "#search-results p.context")]
+    for text in snippets:
+        for raw in ("\\(", "\\[", "\\|", "\\frac", "import ", "glue("):
+            assert raw not in text, (raw, text[:120])
