@@ -67,6 +67,11 @@ def test_figures_are_sized_described_and_lazy(built_html, rel):
         src = (built_html / Path(rel).parent / attrs["src"]).resolve()
         with Image.open(src) as im:
             assert im.size[0] == 2 * int(attrs["width"]), (src.name, im.size, attrs["width"])
+    for tag in re.findall(r"<source [^>]+>", page):  # the stacked phone variants
+        attrs = dict(re.findall(r'([a-z-]+)="([^"]*)"', tag))
+        src = (built_html / Path(rel).parent / attrs["srcset"]).resolve()
+        with Image.open(src) as im:
+            assert im.size[0] == 2 * int(attrs["width"]) and "height" in attrs, tag[:120]
 
 
 def test_frames_are_separate_cacheable_files(built_html):

@@ -339,9 +339,13 @@ def test_reading_experience(fresh, server, built_html, page, width):
 
     # figures: every image in the text is one of ours, with legible text
     sizes = driver.execute_script(
-        "return Array.from(document.querySelectorAll('main img')).map(i => [i.className,"
-        " parseFloat(i.dataset.minFontPx) * i.getBoundingClientRect().width"
-        " / parseFloat(i.getAttribute('width')), i.getAttribute('src')])")
+        "const phone = matchMedia('(max-width: 600px)').matches;"
+        "return Array.from(document.querySelectorAll('main img')).map(i => {"
+        "  const narrow = phone && i.dataset.narrowWidth;"
+        "  const font = parseFloat(narrow ? i.dataset.narrowMinFontPx : i.dataset.minFontPx);"
+        "  const w = parseFloat(narrow ? i.dataset.narrowWidth : i.getAttribute('width'));"
+        "  return [i.className, font * i.getBoundingClientRect().width / w,"
+        "          i.getAttribute('src')]; })")
     for cls_name, size, src in sizes:
         assert "lp-fig" in cls_name or "lp-frame" in cls_name, f"unsized figure {src}"
         assert size >= MIN_FIGURE_TEXT[width] - 0.05, (

@@ -185,3 +185,32 @@ def test_icons_become_inline_svg(tmp_path: Path):
     assert out.startswith('<svg class="svg-inline--fa fa-solid fa-bars fa-lg"')
     assert 'viewBox="0 0 448 512"' in out and 'd="M2 2"' in out
     assert out.endswith('<span class="fas fa-nothing"></span>')  # unknown icons stay
+
+
+def test_multi_panel_figures_get_a_stacked_phone_variant(tmp_path: Path):
+    """A figure with panels side by side gets a phone variant with the panels
+    stacked (358 px wide), served by <picture> below 600 px; rewriting a
+    rewritten page changes nothing (Sphinx leaves unchanged pages alone)."""
+    from PIL import Image
+
+    from lipattn import plotting
+    from lipattn.sphinxext import rewrite_page
+
+    site = tmp_path / "site"
+    (site / "chapters").mkdir(parents=True)
+    (site / "_images").mkdir()
+    fig, (a, b) = plotting.figure(2, width=8.4, height=3.0)
+    a.plot([0, 1], [1, 0])
+    b.bar([1, 2], [2, 3])
+    a.set_title("left panel")
+    (site / "_images" / "g.png").write_bytes(plotting.figure_png(fig))
+    assert [ax.get_position().x0 < 0.5 for ax in (a, b)] == [True, False]  # fig untouched
+    page = '<img alt="../_images/g.png" src="../_images/g.png" />'
+    out = rewrite_page(page, site / "chapters", site / "_static", icons=None)
+    assert out.startswith('<picture class="lp-picture"><source media="(max-width: 600px)"')
+    assert rewrite_page(out, site / "chapters", site / "_static", icons=None) == out
+    with Image.open(site / "_images" / "g-narrow.png") as im:
+        w, h = im.size
+    assert w == 2 * round(plotting.PHONE_COLUMN_IN * 100) and h > w  # stacked: taller than wide
+    assert f'width="{w // 2}"' in out
+    assert float(out.split('data-narrow-min-font-px="')[1].split('"')[0]) >= 11.0

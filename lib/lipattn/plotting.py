@@ -34,7 +34,7 @@ from matplotlib.text import Text
 __all__ = [
     "STYLE_FILE", "use_style", "figure", "figure_png", "setup_notebook", "HALF_COLOR", "ONE_COLOR",
     "COLUMN_IN", "CSS_PX_PER_IN", "DPR", "MIN_FONT_PT", "PHONE_MIN_TEXT_PX", "legible",
-    "describe", "set_alt", "glue_figure", "phone_min_width",
+    "describe", "set_alt", "glue_figure", "phone_min_width", "narrow_copy", "PHONE_COLUMN_IN",
 ]
 
 #: Path of the matplotlib style file shipped with the package.
@@ -207,6 +207,53 @@ def phone_min_width(css_width: float, min_font_px: float) -> int:
     return int(min(css_width, math.ceil(css_width * PHONE_MIN_TEXT_PX / min_font_px)))
 
 
+#: The text column on a 390-px phone, in inches (358 CSS px).
+PHONE_COLUMN_IN = 3.58
+
+
+def narrow_copy(fig: Figure) -> Figure | None:
+    """A copy of ``fig`` for a phone: its panels stacked in one column,
+    :data:`PHONE_COLUMN_IN` wide, or None when the figure has a single panel
+    or a layout that cannot be stacked (panels spanning several cells).
+
+    The copy is made by pickling, so ``fig`` itself is left as it is.
+    """
+    import pickle
+
+    panels = []
+    for ax in fig.axes:
+        spec = ax.get_subplotspec()
+        if spec is None:
+            continue  # colorbars and insets follow their parent axes
+        rows, cols = spec.rowspan, spec.colspan
+        if len(rows) != 1 or len(cols) != 1:
+            return None
+        gs = spec.get_gridspec()
+        panels.append((rows.start * gs.ncols + cols.start, ax))
+    grids = {id(ax.get_subplotspec().get_gridspec()) for _, ax in panels}
+    if len(panels) < 2 or len(grids) != 1:
+        return None
+    gs = panels[0][1].get_subplotspec().get_gridspec()
+    if gs.ncols < 2:
+        return None
+    try:
+        copy = pickle.loads(pickle.dumps(fig))
+    except Exception:  # noqa: BLE001 - some artists cannot be pickled: no narrow variant
+        return None
+    from matplotlib.gridspec import GridSpec
+
+    order = {id(ax): k for k, ax in panels}
+    axes = [ax for ax in copy.axes if ax.get_subplotspec() is not None]
+    n = len(axes)
+    panel_h = min(fig.get_figheight() / gs.nrows, 2.8)
+    copy.set_size_inches(PHONE_COLUMN_IN, panel_h * n + 0.2)
+    stack = GridSpec(n, 1, figure=copy)
+    keys = sorted(range(n), key=lambda i: list(order.values())[i])
+    for slot, i in enumerate(keys):
+        axes[i].set_subplotspec(stack[slot, 0])
+    return copy
+
+
 def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
     """Encode a static figure as PNG bytes, at :data:`DPR` device pixels per CSS pixel.
 
@@ -215,13 +262,23 @@ def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
     ``lipattn:min-font-px`` (CSS px at that width) and ``lipattn:alt``
     (:func:`describe`), which the build uses to size and describe the image.
     """
+    import base64
+
     dpi = CSS_PX_PER_IN * DPR if dpi is None else dpi
+    narrow = narrow_copy(fig)
     min_pt = legible(fig)
     buf = io.BytesIO()
     css_width = round(fig.get_figwidth() * CSS_PX_PER_IN)
     meta = {"lipattn:css-width": str(css_width),
             "lipattn:min-font-px": f"{min_pt * CSS_PX_PER_IN / 72:.2f}",
             "lipattn:alt": describe(fig)}
+    if narrow is not None:
+        narrow_pt = legible(narrow)
+        small = io.BytesIO()
+        narrow.savefig(small, format="png", dpi=dpi)
+        meta["lipattn:narrow"] = base64.b64encode(small.getvalue()).decode("ascii")
+        meta["lipattn:narrow-css-width"] = str(round(narrow.get_figwidth() * CSS_PX_PER_IN))
+        meta["lipattn:narrow-min-font-px"] = f"{narrow_pt * CSS_PX_PER_IN / 72:.2f}"
     fig.savefig(buf, format="png", dpi=dpi, metadata=meta)
     return buf.getvalue()
 

@@ -226,6 +226,8 @@ _IMG_RE = re.compile(r'<img ([^>]*?)src="([^"]+\.png)"([^>]*?)\s*/?>')
 _ICON_RE = re.compile(r'<(i|span) class="([^"]*\bfa-[a-z0-9-]+[^"]*)"([^>]*)>\s*</\1>')
 _PACKS = {"fab": "fab", "fa-brands": "fab", "far": "far", "fa-regular": "far",
           "fas": "fas", "fa-solid": "fas", "fa": "fas"}
+#: Widest viewport (CSS px) that gets a figure's narrow, stacked variant.
+_PHONE_MAX = 600
 _RUN_LOCALLY = (
     '<aside class="lp-run-locally d-print-none" aria-label="Run this page">'
     "<strong>Run this page yourself.</strong> Download it as a notebook "
@@ -290,6 +292,8 @@ def _figures(page: str, page_dir: Path) -> str:
 
     def fix(m: re.Match) -> str:
         before, src, after = m.groups()
+        if "data-min-font-px" in m.group(0):  # rewritten by an earlier build
+            return m.group(0)
         meta = _figure_meta((page_dir / src).resolve())
         if meta is None:
             return m.group(0)
@@ -308,9 +312,26 @@ def _figures(page: str, page_dir: Path) -> str:
         else:
             attrs += ' class="lp-fig"'
         phone = plotting.phone_min_width(css_w, font)
-        return (f'<img {attrs.strip()} src="{src}" width="{css_w}" height="{css_h}" '
-                f'loading="lazy" decoding="async" data-min-font-px="{font:.2f}" '
-                f'style="--lp-phone-min: {phone}px" />')
+        narrow = ""
+        if "lipattn:narrow" in meta:  # the panels stacked for a phone
+            from PIL import Image
+
+            data = base64.b64decode(meta["lipattn:narrow"])
+            nsrc = src[:-4] + "-narrow.png"
+            (page_dir / nsrc).resolve().write_bytes(data)
+            with Image.open(page_dir / nsrc) as im:
+                nw_px, nh_px = im.size
+            n_w = int(meta["lipattn:narrow-css-width"])
+            n_h = round(nh_px * n_w / nw_px)
+            n_font = float(meta["lipattn:narrow-min-font-px"])
+            phone = plotting.phone_min_width(n_w, n_font)
+            narrow = (f'<source media="(max-width: {_PHONE_MAX}px)" srcset="{nsrc}" '
+                      f'width="{n_w}" height="{n_h}">')
+            attrs += (f' data-narrow-width="{n_w}" data-narrow-min-font-px="{n_font:.2f}"')
+        img = (f'<img {attrs.strip()} src="{src}" width="{css_w}" height="{css_h}" '
+               f'loading="lazy" decoding="async" data-min-font-px="{font:.2f}" '
+               f'style="--lp-phone-min: {phone}px" />')
+        return f'<picture class="lp-picture">{narrow}{img}</picture>' if narrow else img
 
     return _IMG_RE.sub(fix, page)
 
@@ -401,12 +422,18 @@ def finish_site(outdir: Path) -> None:
     static = outdir / "_static"
     fa_js = static / "scripts" / "fontawesome.js"
     icons = _icon_table(fa_js) if fa_js.is_file() else None
-    shutil.rmtree(static / "frames", ignore_errors=True)
+    used: set[Path] = set()
     for f in sorted(outdir.rglob("*.html")):
         text = f.read_text(encoding="utf-8")
         new = rewrite_page(text, f.parent, static, icons)
         if new != text:
             f.write_text(new, encoding="utf-8")
+        used.update((f.parent / u).resolve()
+                    for u in re.findall(r'[^"]*_static/frames/[^"]+\.webp', new))
+    # pages that Sphinx did not rewrite keep their frames; frames no page uses go
+    for frame in (static / "frames").rglob("*.webp") if (static / "frames").is_dir() else ():
+        if frame.resolve() not in used:
+            frame.unlink()
     if icons is not None:
         for leftover in (fa_js, fa_js.with_name("fontawesome.js.LICENSE.txt")):
             leftover.unlink(missing_ok=True)
