@@ -110,9 +110,14 @@ def test_chapters_and_results_are_numbered(built_html):
     """Chapters are numbered in the sidebar, results per chapter (2.x in Chapter 2)."""
     ch2 = _page(built_html, PAGES[2])
     assert re.search(r'<a class="reference internal" href="01_softmax_jacobian.html">1\. ', ch2)
-    numbers = re.findall(r'<span class="caption-number">Theorem (\d+)\.\d+ </span>', ch2)
-    numbers += re.findall(r"Theorem (\d+)\.\d+", ch2)
+    # the results stated on the page (not references to other chapters')
+    numbers = re.findall(r'<p class="admonition-title"><span class="caption-number">'
+                         r'(?:Theorem|Lemma|Proposition|Corollary|Definition) (\d+)\.\d+', ch2)
     assert numbers and set(numbers) == {"2"}, sorted(set(numbers))
+    # theorems, lemmas and propositions share one sequence: no number twice
+    results = re.findall(r'<p class="admonition-title"><span class="caption-number">'
+                         r'(?:Theorem|Lemma|Proposition|Corollary) (\d+\.\d+)', ch2)
+    assert len(results) == len(set(results)) >= 2, results
 
 
 def test_explorers_appear_as_players(built_html):

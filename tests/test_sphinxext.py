@@ -209,6 +209,8 @@ def test_multi_panel_figures_get_a_stacked_phone_variant(tmp_path: Path):
     out = rewrite_page(page, site / "chapters", site / "_static", icons=None)
     assert out.startswith('<picture class="lp-picture"><source media="(max-width: 600px)"')
     assert rewrite_page(out, site / "chapters", site / "_static", icons=None) == out
+    with Image.open(site / "_images" / "g.png") as im:  # the desktop image no longer carries it
+        assert "lipattn:narrow" not in im.text and im.text["lipattn:narrow-src"] == "g-narrow.png"
     with Image.open(site / "_images" / "g-narrow.png") as im:
         w, h = im.size
     assert w == 2 * round(plotting.PHONE_COLUMN_IN * 100) and h > w  # stacked: taller than wide

@@ -287,6 +287,23 @@ def _figure_meta(path: Path) -> dict[str, str] | None:
     return text
 
 
+def _split_narrow(wide: Path, narrow: Path) -> None:
+    """Move the phone variant out of the wide PNG's metadata into its own file
+    (so the desktop image does not carry it), leaving a note of its name."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    with Image.open(wide) as im:
+        im.load()
+        text = dict(im.text)
+        narrow.write_bytes(base64.b64decode(text.pop("lipattn:narrow")))
+        info = PngInfo()
+        for key, value in text.items():
+            info.add_text(key, value)
+        info.add_text("lipattn:narrow-src", narrow.name)
+        im.save(wide, format="PNG", pnginfo=info, optimize=True)
+
+
 def _figures(page: str, page_dir: Path) -> str:
     from . import plotting
 
@@ -313,12 +330,13 @@ def _figures(page: str, page_dir: Path) -> str:
             attrs += ' class="lp-fig"'
         phone = plotting.phone_min_width(css_w, font)
         narrow = ""
+        nsrc = src[:-4] + "-narrow.png"
         if "lipattn:narrow" in meta:  # the panels stacked for a phone
+            _split_narrow((page_dir / src).resolve(), (page_dir / nsrc).resolve())
+            meta["lipattn:narrow-src"] = nsrc
+        if "lipattn:narrow-src" in meta:
             from PIL import Image
 
-            data = base64.b64decode(meta["lipattn:narrow"])
-            nsrc = src[:-4] + "-narrow.png"
-            (page_dir / nsrc).resolve().write_bytes(data)
             with Image.open(page_dir / nsrc) as im:
                 nw_px, nh_px = im.size
             n_w = int(meta["lipattn:narrow-css-width"])

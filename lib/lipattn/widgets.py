@@ -100,9 +100,10 @@ _PLAYER_JS = """
       var k = index(controls[i]);
       ks.push(k);
       var text = data.labels[i][k];
-      var out = controls[i].parentElement.querySelector("output");
-      if (out) { out.textContent = text; }
-      if (controls[i].tagName === "INPUT") { controls[i].setAttribute("aria-valuetext", text); }
+      if (controls[i].tagName === "INPUT") {
+        controls[i].parentElement.querySelector("output").textContent = text;
+        controls[i].setAttribute("aria-valuetext", text);
+      }
       said.push(data.names[i] + " " + text);
     }
     var flat = flatOf(ks), k = data.frames[flat];
