@@ -98,3 +98,67 @@ def test_bad_input_names_the_argument(args, match):
 def test_wrong_type_is_a_type_error():
     with pytest.raises(TypeError, match="X must"):
         self_attention("tokens", np.eye(2), np.eye(2), np.eye(2))
+
+
+# -- masks -------------------------------------------------------------------
+def loop_masked_attention(X, W_Q, W_K, W_V, allowed):
+    """Reference: query i attends to the keys j with allowed[i][j], by the loop above
+    on the sub-sequence of those keys (its own query row appended)."""
+    out = np.zeros((X.shape[0], W_V.shape[1]))
+    for i in range(X.shape[0]):
+        keys = [j for j in range(X.shape[0]) if allowed[i][j]]
+        q = X[i] @ W_Q
+        s = [float(q @ (X[j] @ W_K)) / math.sqrt(W_Q.shape[1]) for j in keys]
+        m = max(s)
+        w = [math.exp(x - m) for x in s]
+        out[i] = sum((wj / sum(w)) * (X[j] @ W_V) for wj, j in zip(w, keys, strict=True))
+    return out
+
+
+def test_causal_and_custom_masks_match_the_loop_on_the_allowed_keys():
+    rng = np.random.default_rng(5)
+    N, d = 7, 4
+    X = rng.standard_normal((N, d))
+    W_Q, W_K, W_V = weights(rng, d, 3, 2, scale=1.5)
+    causal = [[j <= i for j in range(N)] for i in range(N)]
+    np.testing.assert_allclose(self_attention(X, W_Q, W_K, W_V, mask="causal"),
+                               loop_masked_attention(X, W_Q, W_K, W_V, causal), atol=1e-12)
+    custom = rng.uniform(size=(N, N)) < 0.4
+    custom[np.arange(N), rng.integers(0, N, N)] = True      # every row allows a key
+    np.testing.assert_allclose(self_attention(X, W_Q, W_K, W_V, mask=custom),
+                               loop_masked_attention(X, W_Q, W_K, W_V, custom), atol=1e-12)
+    P = attention_matrix(X, W_Q, W_K, mask=custom)
+    assert np.all(P[~custom] == 0.0)
+    np.testing.assert_allclose(P.sum(-1), 1.0, atol=1e-14)
+    # an all-True mask is no mask; the causal prefix of length k is attention on X[:k]
+    full = np.ones((N, N), dtype=bool)
+    np.testing.assert_allclose(self_attention(X, W_Q, W_K, W_V, mask=full),
+                               self_attention(X, W_Q, W_K, W_V), atol=1e-15)
+    for k in (1, 3):
+        np.testing.assert_allclose(self_attention(X, W_Q, W_K, W_V, mask="causal")[:k],
+                                   self_attention(X[:k], W_Q, W_K, W_V, mask="causal"),
+                                   atol=1e-14)
+
+
+def test_masks_broadcast_over_leading_axes():
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((2, 5, 3))
+    W_Q, W_K, W_V = weights(rng, 3, 3, 3)
+    Y = self_attention(X, W_Q, W_K, W_V, mask="causal")
+    for b in range(2):
+        np.testing.assert_allclose(Y[b], self_attention(X[b], W_Q, W_K, W_V, mask="causal"))
+
+
+@pytest.mark.parametrize("mask,err,match", [
+    ("anticausal", ValueError, "mask must be None, 'causal'"),
+    (np.ones((3, 3)), TypeError, "boolean"),
+    (np.ones((2, 2), dtype=bool), ValueError, r"shape \(N, N\) = \(3, 3\)"),
+    (np.array([[True, False, False], [False, False, False], [True, True, True]]),
+     ValueError, r"rows \[1\]"),
+])
+def test_bad_masks_name_the_argument(mask, err, match):
+    X = np.ones((3, 2))
+    with pytest.raises(err, match=match):
+        self_attention(X, np.eye(2), np.eye(2), np.eye(2), mask=mask)
+    with pytest.raises(err, match=match):
+        attention_matrix(X, np.eye(2), np.eye(2), mask=mask)

@@ -74,7 +74,22 @@ def test_box_repeats_the_tables_row():
         assert all(line.startswith(">") for line in box.splitlines())
         assert c.correct in box and f"{{doc}}`{c.chapter}`" in box
         for p in c.parts:
-            assert p.says in box and p.verdict in box
+            assert p.says in box and p.verdict in box and p.size in box
+
+
+def test_one_scale_for_every_verdict():
+    """Every verdict has one definition, the page shows it from the data, and every
+    part says how large its discrepancy is (the verdict says only what kind)."""
+    assert tuple(audit.SCALE) == VERDICTS
+    lines = audit.scale_list().splitlines()
+    assert [line.split("**")[1] for line in lines] == list(VERDICTS)
+    page = (CHAPTERS / "audit.md").read_text(encoding="utf-8")
+    assert "audit.scale_list()" in page
+    for c in CLAIMS:
+        for p in c.parts:
+            assert p.size.strip() and not re.search(r"\d\.\d", p.size), (c.number, p.size)
+    with pytest.raises(ValueError, match="size"):
+        Part("x", "false", " ")
 
 
 def test_audit_page_has_one_section_per_claim_in_order():
@@ -98,31 +113,32 @@ def test_traps_one_line_per_claim_per_language():
     assert "**错误**" in audit.traps("zh") and "**false**" not in audit.traps("zh")
 
 
-def test_interview_answer_reads_the_chapters_block_quote(tmp_path):
-    page = tmp_path / "ch.md"
-    page.write_text("# T\n\n## Interview answer\n\n> one\n> two\n\n## Exercises\n> not this\n")
-    assert audit.interview_answer(page) == "> one\n> two"
-    answer = audit.interview_answer(CHAPTERS / "01_softmax_jacobian.md")
-    assert answer.startswith("> ") and "\\frac12" in answer
-    page.write_text("# T\n\n## Interview answer\n\nplain text\n")
-    with pytest.raises(ValueError, match="block quote"):
-        audit.interview_answer(page)
-    page.write_text("# T\n")
-    with pytest.raises(ValueError, match="Interview answer"):
-        audit.interview_answer(page)
-    with pytest.raises(ValueError, match="chapter file"):
-        audit.interview_answer(tmp_path / "missing.md")
+def test_interview_answer_renders_the_bilingual_source():
+    """The chapters' sections and the review sheets render the same source."""
+    from lipattn import interview
+
+    for stem in interview.CHAPTERS:
+        for lang in ("en", "zh"):
+            assert audit.interview_answer(stem, lang) == interview.answer(stem, lang)
+        assert audit.interview_answer(CHAPTERS / f"{stem}.md") == interview.answer(stem)
+        page = (CHAPTERS / f"{stem}.md").read_text(encoding="utf-8")
+        section = page.split("## Interview answer\n", 1)[1].split("\n## ", 1)[0]
+        assert f'Markdown(interview_answer("{stem}"))' in section
+        assert "tags: [remove-input]" in section and "markdown_format: myst" in section
+        assert section.count("```{code-cell}") == 1 and ">" not in section.replace("->", "")
+    with pytest.raises(ValueError, match="chapter must be one of"):
+        audit.interview_answer("audit")
 
 
 def test_bad_inputs():
     with pytest.raises(ValueError, match="verdict must be one of"):
-        Part("x", "maybe")
+        Part("x", "maybe", "s")
     with pytest.raises(ValueError, match="says must be"):
-        Part(" ", "true")
+        Part(" ", "true", "s")
     with pytest.raises(ValueError, match="parts must not be empty"):
         Claim(9, "t", (), "c", "s", "ch", (), {"en": "", "zh": ""})
     with pytest.raises(ValueError, match="trap must have"):
-        Claim(9, "t", (Part("x", "true"),), "c", "s", "ch", (), {"en": ""})
+        Claim(9, "t", (Part("x", "true", "s"),), "c", "s", "ch", (), {"en": ""})
     with pytest.raises(ValueError, match="number must be one of"):
         audit.claim(9)
     with pytest.raises(TypeError, match="number must be an int"):
@@ -134,19 +150,58 @@ def test_bad_inputs():
 
 
 def test_review_sheets_agree():
-    """Both sheets: the same formulas and the same chapters, the traps from
-    lipattn.audit, the same quiz questions; the Chinese answers have five
-    lines, like the chapters' own."""
+    """Both sheets: every chapter's question and answer rendered from the
+    bilingual source in the sheet's language, the same chapters, the traps
+    from lipattn.audit, the same quiz questions; no visible code cell before
+    the first question."""
+    from lipattn import interview
+
     en = (CHAPTERS / "review.md").read_text(encoding="utf-8")
     zh = (CHAPTERS / "review_zh.md").read_text(encoding="utf-8")
-    formulas = [re.findall(r"^\$\$\n(.*?)\n\$\$$", page, re.M | re.S) for page in (en, zh)]
-    assert len(formulas[0]) == 6 and formulas[0] == formulas[1]
+    for page, lang in ((en, "en"), (zh, "zh")):
+        cards = re.findall(r'^card\("([0-9a-z_]+)", "([a-z]+)"\)$', page, re.M)
+        assert cards == [(stem, lang) for stem in interview.CHAPTERS]
+        first = page.split("```{code-cell} ipython3\n", 1)[1]
+        assert first.startswith(":tags: [remove-cell]") or first.startswith("---\ntags: [remove")
     docs = [re.findall(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`", page) for page in (en, zh)]
-    chapters = {c.chapter for c in CLAIMS} | {"audit"}
+    chapters = {c.chapter for c in CLAIMS} | {"audit"} | set(interview.CHAPTERS)
     assert chapters <= set(docs[0]) and chapters <= set(docs[1])
-    assert 'audit.traps("en")' in en and 'audit.traps("zh")' in zh
+    assert 'audit.traps("{lang}")' not in en
+    assert 'glue("traps", Markdown(audit.traps("en"))' in en
+    assert 'glue("traps_zh", Markdown(audit.traps("zh"))' in zh
     picks = [re.search(r"^picks = (\[.*?\])", page, re.M).group(1) for page in (en, zh)]
     assert picks[0] == picks[1]
-    quotes = re.findall(r"((?:^> .*\n)+)", zh, re.M)
-    assert [len(q.splitlines()) for q in quotes] == [5] * 6
-    assert all(re.search(r"[\u4e00-\u9fff]", q) for q in quotes)
+
+
+def test_review_pages_do_not_point_at_a_chapter():
+    """A review page is not a chapter: neither the sheet nor the quiz
+    questions it draws say "this chapter", 本章 or 这里."""
+    from lipattn.quiz import Quiz
+
+    pattern = re.compile(r"\bthis chapter\b|\bthe chapter\b|本章|这里|\bthis page\b", re.I)
+    for name, lang in (("review", "en"), ("review_zh", "zh")):
+        page = (CHAPTERS / f"{name}.md").read_text(encoding="utf-8")
+        assert not pattern.search(page), name
+        picks = eval(re.search(r"^picks = (\[.*?\])", page, re.M).group(1))
+        stems = re.findall(r'^card\("([0-9a-z_]+)"', page, re.M)
+        for stem, k in zip(stems, picks, strict=True):
+            q = Quiz.from_yaml(CHAPTERS / "quizzes" / f"{stem}.yml", lang=lang, select=[k])
+            html = q._repr_html_()
+            assert not pattern.search(html), (stem, k)
+        assert not pattern.search(audit.traps(lang))
+
+
+def test_traps_quote_the_card_and_use_full_width_punctuation():
+    zh = audit.traps("zh")
+    for c, line in zip(CLAIMS, zh.splitlines(), strict=True):
+        assert line.startswith(f"{c.number}. 卡片：“")
+        if len(c.parts) > 1:
+            assert "（1）" in line and "（2）" in line and "(1)" not in line
+    prose = re.sub(r"\$[^$]*\$|`[^`]*`", "M", zh)
+    assert not re.search(r"[\u4e00-\u9fff][,;:()]|[,;:()][\u4e00-\u9fff]", prose)
+    assert not re.search(r"[：；，。] ", prose) and "详见" not in prose
+    assert not re.search(r"残差(?!连接|流|缩放)", prose)
+    assert "放大效应" not in prose.split("预热")[1][:20]  # not "warm-up is the amplification"
+    for c, line in zip(CLAIMS, audit.traps("en").splitlines(), strict=True):
+        for p in c.parts:
+            assert p.says in line

@@ -24,6 +24,7 @@ PAGES = {  # page -> least number of explorers on it
     "chapters/02_scaling_saturation.html": 2,
     "chapters/03_rank_collapse.html": 2,
     "chapters/06_attention_lipschitz.html": 1,
+    "chapters/07_real_transformers.html": 1,
     "chapters/05_spectral_normalisation.html": 2,
     "chapters/04_prenorm_postnorm.html": 2,
     "chapters/audit.html": 0,
@@ -452,10 +453,17 @@ def _search(driver, server, term: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("term", ["谱范数", "秩崩溃", "雅可比矩阵", "范数", "崩溃"])
+_TERMS_ZH = [line.split()[0] for line in  # the search dictionary: every card term
+             (Path(__file__).resolve().parents[1] / "lib" / "lipattn" / "search_terms_zh.txt")
+             .read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("term", list(dict.fromkeys(
+    ["谱范数", "秩崩溃", "雅可比矩阵", "范数", "崩溃", *_TERMS_ZH])))
 def test_search_finds_chinese_terms(driver, server, term):
     """The index splits Chinese text into words (jieba, html_search_language
-    = zh), so the Chinese sheet is found by two-character words too."""
+    = zh), so the Chinese sheet is found by two-character words too, and by
+    every term of the search dictionary (预热, 梯度消失, ...)."""
     found = _search(driver, server, term)
     assert any("chapters/review_zh.html" in url for url in found), found
 

@@ -300,3 +300,28 @@ def test_bad_inputs():
         c.random_weights(4, 1.0, 0)
     with pytest.raises(ValueError, match="G"):
         c.query_gradient(X, Q[0], K[0], V[0], np.ones((3, 3)))
+
+
+def test_errors_name_the_callers_arguments():
+    W = np.eye(2)
+    with pytest.raises(ValueError, match="match R of shape"):
+        c.cubic_leading_term(np.zeros((3, 4)), W, W, W)
+    with pytest.raises(TypeError, match="^W_V must"):
+        c.cubic_constant(W, W, None)
+    with pytest.raises(TypeError, match="^W_Q must"):
+        c.cubic_constant(None, W, W)
+    with pytest.raises(TypeError, match="^A must"):
+        c.spectral_2norm("abc")
+
+
+def test_diameter_and_leading_term_are_scale_invariant_or_raise():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4, 3))
+    Q, K, V = rng.standard_normal((3, 3, 3))
+    ref = max(np.linalg.norm(a - b) for a in X for b in X)
+    for s in (1e-200, 1e200):
+        assert c.diameter(s * X) == pytest.approx(s * ref, rel=1e-13)
+        np.testing.assert_allclose(c.cubic_leading_term(X, Q, K, s * V),
+                                   s * c.cubic_leading_term(X, Q, K, V), rtol=1e-12)
+    with pytest.raises(ValueError, match="R, W_Q, W_K, W_V must give a leading term"):
+        c.cubic_leading_term(1e200 * X, Q, K, V)

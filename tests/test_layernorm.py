@@ -141,3 +141,30 @@ def test_bad_inputs(f):
         f("abc")
     with pytest.raises(ValueError, match="eps must be"):
         layer_norm_lipschitz(0.0)
+
+
+def test_transformer_shortcut_is_the_plain_formula_bit_for_bit():
+    """The shortcut's overflow fallback must not touch ordinary rows: training
+    results depend on these bits (float32 and float64)."""
+    from lipattn.layernorm import _ln
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float64):
+        x = (rng.standard_normal((4, 5, 8)) * 3).astype(dtype)
+        c = x - x.mean(axis=-1, keepdims=True)
+        inv_s = 1.0 / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + 1e-5)
+        y, got = _ln(x, 1e-5)
+        assert y.dtype == dtype and got.dtype == dtype
+        assert np.array_equal(got, inv_s) and np.array_equal(y, c * inv_s)
+
+
+def test_transformer_shortcut_survives_overflowing_squares():
+    from lipattn.layernorm import _ln
+    x = np.array([[1e200, -1e200, 3e199], [1.0, 2.0, 4.0]])
+    y, inv_s = _ln(x, 1e-5)
+    np.testing.assert_allclose(y, layer_norm(x), rtol=1e-13)
+    x32 = np.array([[3e19, -1e19, 0.0]], dtype=np.float32)
+    y32, _ = _ln(x32, 1e-5)
+    assert y32.dtype == np.float32
+    np.testing.assert_allclose(y32, layer_norm(x32.astype(float)), rtol=1e-6)
+    with pytest.raises(ValueError, match="^params and X must keep the hidden states finite"):
+        _ln(np.array([[np.inf, 1.0]]), 1e-5)

@@ -342,8 +342,6 @@ def test_sublayer_constants_of_a_permutation_attention_is_the_value_norm():
 def test_sublayer_constants_bad_input():
     params = _tiny_model()
     X = np.zeros((2, 3, 4))
-    with pytest.raises(ValueError, match="heads"):
-        sublayer_constants(init_params(1, 4, heads=2), X, variant="pre")
     stacked = [{k: v if k == "heads" else np.stack([v, v]) for k, v in p.items()}
                for p in params]
     with pytest.raises(ValueError, match="2-D"):
@@ -447,3 +445,135 @@ def test_extreme_valid_inputs_stay_finite():
         for value in (local_lipschitz(s * X, Wq, Wk, Wv), local_lipschitz_bound(s * X, Wq, Wk, Wv),
                       l2_local_lipschitz(s * X, Wq, Wv)):
             assert np.isfinite(value)
+
+
+# -- masks ---------------------------------------------------------------------
+def _custom_mask(N, seed):
+    rng = np.random.default_rng(seed)
+    m = rng.uniform(size=(N, N)) < 0.5
+    m[np.arange(N), rng.integers(0, N, N)] = True
+    return m
+
+
+@pytest.mark.parametrize("mask_kind", ["causal", "custom"])
+@pytest.mark.parametrize("N,d,dk,dv", [(4, 3, 2, 2), (6, 2, 3, 4)])
+def test_masked_jacobian_jvp_vjp_against_finite_differences(mask_kind, N, d, dk, dv):
+    X, Wq, Wk, Wv = problem(N, d, dk, dv, seed=20 + N, scale=1.3)
+    mask = "causal" if mask_kind == "causal" else _custom_mask(N, N)
+    J = attention_jacobian(X, Wq, Wk, Wv, mask=mask)
+    fd = central_differences(lambda Z: self_attention(Z, Wq, Wk, Wv, mask=mask), X)
+    np.testing.assert_allclose(J, fd, atol=1e-7 * max(1.0, np.abs(J).max()))
+    rng = np.random.default_rng(N)
+    E, G = rng.standard_normal((N, d)), rng.standard_normal((N, dv))
+    np.testing.assert_allclose(attention_jvp(X, E, Wq, Wk, Wv, mask=mask).reshape(-1),
+                               J @ E.reshape(-1), atol=1e-12 * np.abs(J).sum())
+    np.testing.assert_allclose(attention_vjp(X, G, Wq, Wk, Wv, mask=mask).reshape(-1),
+                               J.T @ G.reshape(-1), atol=1e-12 * np.abs(J).sum())
+    dense = local_lipschitz(X, Wq, Wk, Wv, method="dense", mask=mask)
+    assert dense == pytest.approx(np.linalg.norm(fd, 2), rel=1e-6)
+    assert local_lipschitz(X, Wq, Wk, Wv, method="lanczos", mask=mask) == pytest.approx(
+        dense, rel=1e-9)
+    op = attention_operator(X, Wq, Wk, Wv, mask=mask)
+    np.testing.assert_allclose(op.matmat(np.eye(N * d)), J, atol=1e-12 * np.abs(J).sum())
+
+
+def test_causal_jacobian_blocks_are_the_unmasked_prefix_jacobians():
+    """Causal: output i depends on inputs j <= i only, and the first k outputs are
+    causal attention on the first k tokens; the first token's row is x_0 W_V alone."""
+    N, d, dv = 6, 3, 2
+    X, Wq, Wk, Wv = problem(N, d, 2, dv, seed=31, scale=1.5)
+    J = attention_jacobian(X, Wq, Wk, Wv, mask="causal").reshape(N, dv, N, d)
+    for i in range(N):
+        assert np.all(J[i, :, i + 1:, :] == 0.0)
+    for k in (1, 2, 4):
+        Jk = attention_jacobian(X[:k], Wq, Wk, Wv, mask="causal").reshape(k, dv, k, d)
+        np.testing.assert_allclose(J[:k, :, :k, :], Jk, atol=1e-13)
+    # first token: d f_0 / d x_j = delta_0j W_V^T, so its row block is [W_V^T, 0, ...]
+    np.testing.assert_allclose(J[0, :, 0, :], Wv.T, atol=1e-15)
+    assert np.all(J[0, :, 1:, :] == 0.0)
+    # and with only the first token, the constant is ||W_V||_2
+    assert local_lipschitz(X[:1], Wq, Wk, Wv, mask="causal") == pytest.approx(
+        np.linalg.norm(Wv, 2), rel=1e-12)
+
+
+def test_a_mask_allowing_a_block_gives_the_block_diagonal_jacobian():
+    """Two groups of tokens that only see their own group: the Jacobian is block-
+    diagonal, each block the unmasked attention Jacobian of that group."""
+    X, Wq, Wk, Wv = problem(5, 3, 3, 3, seed=40)
+    g = np.array([0, 0, 1, 1, 1])
+    mask = g[:, None] == g[None, :]
+    J = attention_jacobian(X, Wq, Wk, Wv, mask=mask).reshape(5, 3, 5, 3)
+    for grp in (0, 1):
+        idx = np.flatnonzero(g == grp)
+        Jg = attention_jacobian(X[idx], Wq, Wk, Wv).reshape(len(idx), 3, len(idx), 3)
+        np.testing.assert_allclose(J[np.ix_(idx, range(3), idx, range(3))], Jg, atol=1e-13)
+    L = local_lipschitz(X, Wq, Wk, Wv, mask=mask)
+    assert L == pytest.approx(max(local_lipschitz(X[g == k], Wq, Wk, Wv) for k in (0, 1)),
+                              rel=1e-10)
+
+
+@pytest.mark.parametrize("c", [1e-200, 1e-3, 7.0, 1e200])
+def test_constants_of_c_times_w_v_are_c_times_the_constants(c):
+    X, Wq, Wk, Wv = problem(20, 4, 3, 2, seed=41)
+    for mask in (None, "causal"):
+        base = local_lipschitz(X, Wq, Wk, Wv, method="dense", mask=mask)
+        for method in ("dense", "lanczos"):
+            assert local_lipschitz(X, Wq, Wk, c * Wv, method=method, mask=mask) / c == \
+                pytest.approx(base, rel=1e-9)
+
+
+def test_bad_masks_in_the_lipschitz_functions():
+    X, Wq, Wk, Wv = problem(3, 2, 2, 2)
+    bad = np.zeros((3, 3), dtype=bool)
+    for f in (lambda m: attention_jacobian(X, Wq, Wk, Wv, mask=m),
+              lambda m: attention_operator(X, Wq, Wk, Wv, mask=m),
+              lambda m: local_lipschitz(X, Wq, Wk, Wv, mask=m),
+              lambda m: attention_jvp(X, X, Wq, Wk, Wv, mask=m),
+              lambda m: attention_vjp(X, X, Wq, Wk, Wv, mask=m)):
+        with pytest.raises(ValueError, match="mask"):
+            f(bad)
+        with pytest.raises(ValueError, match="mask"):
+            f(np.ones((2, 2), dtype=bool))
+        with pytest.raises(TypeError, match="mask"):
+            f(np.ones((3, 3), dtype=int))
+
+
+def test_sublayer_constants_of_multi_head_layers():
+    """Several heads: the exact constant of the whole sublayer against the SVD of
+    central differences of the encoder's own multi-head attention; the summed
+    per-head bound stays above it."""
+    from lipattn.transformer import _attn_fwd
+
+    params = init_params(2, 6, heads=3, d_ff=5, seed=4)
+    rng = np.random.default_rng(5)
+    for p in params:
+        p["W_Q"], p["b_O"] = 3 * p["W_Q"], rng.standard_normal(6)
+    X = 1.5 * rng.standard_normal((2, 4, 6))
+    c = sublayer_constants(params, X, variant="pre", tol=1e-10)
+    for l_, (p, H) in enumerate(zip(params, attention_inputs(params, X, variant="pre"),
+                                    strict=True)):
+        for b, h in enumerate(H):
+            J = central_differences(lambda Z, p=p: _attn_fwd(Z, p)[0], h)
+            assert c.exact[l_, b] == pytest.approx(np.linalg.norm(J, 2), rel=1e-6)
+            assert c.bound[l_, b] >= c.exact[l_, b]
+    assert np.all((c.top_weight > 1 / 4) & (c.top_weight <= 1))
+
+
+def test_bounds_that_overflow_raise_naming_the_arguments():
+    rng = np.random.default_rng(0)
+    X, Q, K, V = rng.standard_normal((4, 3, 3))
+    with pytest.raises(ValueError, match="^X, W_Q, W_K, W_V and C must give a card formula"):
+        lipschitz.card_bound(1e200 * X, 1e200 * Q, K, V)
+    # intermediate products overflow, the value does not
+    big = lipschitz.card_bound(X, 1e200 * Q, 1e-200 * K, V)
+    assert big == pytest.approx(lipschitz.card_bound(X, Q, K, V), rel=1e-13)
+
+
+def test_sublayer_constants_names_input_scale():
+    from lipattn.transformer import init_params
+    p = init_params(1, 4, seed=0)
+    X = np.random.default_rng(1).standard_normal((2, 4))
+    with pytest.raises(ValueError, match="^input_scale must keep the attention logits"):
+        lipschitz.sublayer_constants(p, X, variant="post", input_scale=1e200)
+    with pytest.raises(ValueError, match="^tol must"):
+        lipschitz.sublayer_constants(p, X, variant="pre", tol=1e300)

@@ -190,9 +190,9 @@ def test_more_bad_inputs():
         transformer.gradient_check(p, np.zeros((2, 4)), variant="mid")
     with pytest.raises(ValueError, match="X must"):
         transformer.gradient_check(p, np.zeros((2, 3)), variant="pre")
-    with pytest.raises(ValueError, match="x and y"):
+    with pytest.raises(ValueError, match="^x must have at least 3 points"):
         prenorm.fit_log([1, 2], [1, 2])
-    with pytest.raises(ValueError, match="x and y"):
+    with pytest.raises(ValueError, match="^x must be positive"):
         prenorm.fit_log([1, 2, -3], [1, 2, 3])
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="vocab"):
@@ -202,3 +202,31 @@ def test_more_bad_inputs():
     tokens, targets = training.reversal_batch(rng, 3, 5, 7)
     assert tokens.shape == (3, 5) and np.array_equal(targets, tokens[:, ::-1])
     assert tokens.min() >= 0 and tokens.max() < 7
+
+
+def test_power_law_panel_fits_the_medians_not_the_means():
+    """One heavy-tailed seed moves the mean, not the median: the legend's exponent
+    is the least-squares slope of log(median) on log(L), computed independently."""
+    depths = np.array([2.0, 4.0, 8.0, 16.0])
+    rng = np.random.default_rng(0)
+    base = depths[:, None] ** -0.5 * np.exp(0.1 * rng.standard_normal((4, 9)))
+    heavy = base.copy()
+    heavy[:, 0] *= depths**3  # one outlier seed that grows fast
+    fig = viz.fig_last_layer(depths, {"post": heavy, "pre": base}, 16)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    for name, data in (("Post-LN", heavy), ("Pre-LN", base)):
+        slope = np.polyfit(np.log(depths), np.log(np.median(data, axis=1)), 1)[0]
+        label = next(s for s in labels if s.startswith(name))
+        assert f"{slope:.2f}" in label, (label, slope)
+    mean_slope = np.polyfit(np.log(depths), np.log(heavy.mean(axis=1)), 1)[0]
+    assert mean_slope > 0  # the mean would have shown growth
+
+
+def test_profile_bands_are_median_and_quantiles():
+    """fig_profile draws the median over seeds (not the mean) for the W_2 panel."""
+    fig = viz.fig_profile(3)
+    prof = viz.profiles(3)
+    lines = fig.axes[0].get_lines()
+    for v, line in zip(("post", "pre"), lines, strict=True):
+        np.testing.assert_allclose(line.get_ydata(),
+                                   np.median(prof[v].grad[:, :, W2], axis=0), rtol=1e-12)

@@ -1,6 +1,9 @@
 """Self-check quizzes (lipattn/quiz.py)."""
 
+import hashlib
 import re
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -66,9 +69,9 @@ def test_yaml_language_fields_pick_one_language(tmp_path):
     assert en.questions[1].prompt == r"Shared \(x\)"  # a plain string serves every language
     zh = Quiz.from_yaml(path, lang="zh", select=[0])
     assert zh.title == "自测" and zh.questions[0].prompt == "一？"
-    assert [o.why for o in zh.questions[0].options] == ["对", "错"]
+    assert sorted(o.why for o in zh.questions[0].options) == sorted(["对", "错"])
     page = zh._repr_html_()
-    assert 'lang="zh"' in page and "正确。" in page and "第 1 题" in page
+    assert 'lang="zh"' in page and "正确。" in page and "第 1 题：一？" in page
     assert "Right." not in page
     # a field without the requested language is an error naming it
     with pytest.raises(ValueError, match="question 2, option 1 has no text in language 'zh'"):
@@ -89,3 +92,99 @@ def test_combine_concatenates_questions_of_one_language(tmp_path):
         Quiz.combine([Quiz.from_yaml(path, lang="zh", select=[0]), _quiz()])
     with pytest.raises(TypeError, match="quizzes"):
         Quiz.combine([])
+
+
+QUIZZES = sorted(Path(__file__).resolve().parents[1].glob("chapters/quizzes/*.yml"))
+_ZERO_WIDTH = {"mathrm", "operatorname", "mathbb", "mathbf", "left", "right", "bigl", "bigr",
+               "Bigl", "Bigr", "tfrac", "frac", "sqrt", "text", "quad", "qquad", "cdot"}
+
+
+def _visible_length(text: str) -> int:
+    """About how many characters an option shows: a TeX command that draws a
+    symbol counts as one, layout commands and braces as none."""
+    text = re.sub(r"\\[()]", "", text)
+    text = re.sub(r"\\([A-Za-z]+)", lambda m: "" if m.group(1) in _ZERO_WIDTH else "x", text)
+    return len(re.sub(r"[{}\s]", "", text))
+
+
+def _book_questions(lang="en"):
+    return [(path.stem, i, q) for path in QUIZZES
+            for i, q in enumerate(Quiz.from_yaml(path, lang=lang).questions)]
+
+
+def test_the_books_quizzes_cannot_be_gamed_by_position():
+    """Over the book, the right answer is spread over a, b and c: each holds
+    between a fifth and 45 % of the questions (a third is fair)."""
+    questions = _book_questions()
+    assert len(questions) >= 30 and len(QUIZZES) == 7
+    where = Counter([o.correct for o in q.options].index(True) for _, _, q in questions)
+    for k in range(3):
+        assert 0.2 <= where[k] / len(questions) <= 0.45, where
+
+
+def test_the_books_quizzes_cannot_be_gamed_by_length():
+    """Picking the longest option scores no more than chance: the right
+    answer is the longest (ties shared) in at most its fair share."""
+    questions = _book_questions()
+    longest = fair = 0.0
+    for _, _, q in questions:
+        lengths = [_visible_length(o.text) for o in q.options]
+        right = [o.correct for o in q.options].index(True)
+        if lengths[right] == max(lengths):
+            longest += 1 / lengths.count(max(lengths))
+        fair += 1 / len(lengths)
+    assert longest <= fair, (longest, fair)
+
+
+def test_visible_length_counts_symbols_not_markup():
+    assert _visible_length(r"\(-\mathrm{lr}\cdot\operatorname{sign}(g)\)") == len("-lrsign(g)")
+    assert _visible_length(r"\(\rho^4\)") == 3
+
+
+def test_options_are_shuffled_deterministically_and_alike_in_both_languages(tmp_path):
+    """The order is a hash of the English prompt: the same in every language
+    and every run, and not the order of the file."""
+    for path in QUIZZES:
+        en, zh = Quiz.from_yaml(path), Quiz.from_yaml(path, lang="zh")
+        again = Quiz.from_yaml(path)
+        for a, b, c in zip(en.questions, zh.questions, again.questions, strict=True):
+            assert [o.correct for o in a.options] == [o.correct for o in b.options]
+            assert a.options == c.options
+    # an independent re-implementation of the order on a small file
+    path = tmp_path / "q.yml"
+    path.write_text(BILINGUAL, encoding="utf-8")
+    key = "One?"
+    order = sorted(range(2), key=lambda i: hashlib.sha256(f"{key}\n{i}".encode()).hexdigest())
+    texts = [o.text for o in Quiz.from_yaml(path).questions[0].options]
+    assert texts == [["1", "2"][i] for i in order]
+    seeded = BILINGUAL.replace("  - prompt: {en: 'One?'", "  - seed: 3\n    prompt: {en: 'One?'")
+    path.write_text(seeded, encoding="utf-8")
+    order = sorted(range(2), key=lambda i: hashlib.sha256(f"3\n{i}".encode()).hexdigest())
+    assert [o.text for o in Quiz.from_yaml(path).questions[0].options] == [
+        ["1", "2"][i] for i in order]
+    path.write_text(seeded.replace("seed: 3", "seed: x"), encoding="utf-8")
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        Quiz.from_yaml(path)
+
+
+def test_feedback_is_announced_and_printed():
+    page = _quiz()._repr_html_()
+    assert page.count('aria-live="polite"') == 2  # one live region per question
+    assert page.count('class="lq-opt lq-correct"') == 2
+    css = page.split("@media print", 1)[1]
+    assert ".lq-fb.ok { display: block !important" in css
+    assert ".lq-opt.lq-correct label" in css
+
+
+def test_quiz_text_says_nothing_a_review_page_contradicts():
+    """Quiz questions are drawn into the review sheets, which are not
+    chapters: no "this chapter", 本章, 这里 or chapter numbers; the Chinese
+    uses 偏离量 for res X, never a bare 残差."""
+    bad = re.compile(r"\bthis chapter\b|\bthe chapter\b|\bthe page\b|Chapter \d"
+                     r"|本章|这里|第 ?\d ?章", re.I)
+    for lang in ("en", "zh"):
+        for stem, i, q in _book_questions(lang):
+            text = " ".join([q.prompt] + [o.text + " " + o.why for o in q.options])
+            assert not bad.search(text), (stem, i, lang)
+            if lang == "zh":
+                assert not re.search(r"残差(?!连接|流)", text), (stem, i)

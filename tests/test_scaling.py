@@ -529,3 +529,28 @@ def test_rem_frozen_phase_entropy_is_order_one_not_order_log_n():
         assert 0.3 < mc.entropy < 3.0  # of order 1
         ratios.append(mc.entropy / math.log(n))
     assert ratios[1] < 0.8 * ratios[0]
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"samples": 10**9}, "samples"), ({"n_keys": 10**9}, "n_keys"), ({"d": 10**9}, "d"),
+    ({"samples": 10**6, "n_keys": 10**3}, "samples"),
+])
+def test_sampler_sizes_that_would_exhaust_memory_are_rejected(kwargs, name):
+    kw = {"d": 4, "n_keys": 3, "samples": 10} | kwargs
+    for fn in (scaling.sample_logits, scaling.saturation_stats, scaling.gradient_samples):
+        with pytest.raises(ValueError, match=f"^{name}"):
+            fn(**kw)
+
+
+def test_huge_sigma_gives_the_limits_without_overflow():
+    for sigma in (1e160, 1e200, 1e300):
+        assert scaling.rem_entropy_approx(sigma, 16) == 0.0
+        st2 = scaling.two_token_asymptotes(sigma, terms=2)
+        assert st2.jac_norm == pytest.approx(1 / (math.sqrt(math.pi) * sigma), rel=1e-15)
+        assert st2.max_p == 1.0
+
+
+def test_seed_errors_name_seed():
+    for bad in (-1, "0", 1.5, True):
+        with pytest.raises((ValueError, TypeError), match="^seed"):
+            scaling.sample_logits(4, 3, samples=10, seed=bad)

@@ -104,3 +104,15 @@ def test_figure_draws_every_series():
     assert len(ax1.lines) == 4 and len(ax2.lines) == 4  # 3 curves and the line at 1
     bound = ax1.lines[0].get_ydata()  # Post-LN's product, median over seeds
     assert np.allclose(bound, np.median(scan["post"].product, axis=1))
+
+
+def test_final_norm_must_be_a_bool_and_h_a_meaningful_step():
+    p = tr.init_params(1, 4, seed=0)
+    X = np.random.default_rng(0).standard_normal((2, 4))
+    with pytest.raises(TypeError, match="^final_norm must be True or False"):
+        se.stack_jacobian(p, X, variant="pre", final_norm="False")
+    for h in (1e-300, 0.0, 1.0):
+        with pytest.raises(ValueError, match="^h must"):
+            se.stack_jacobian(p, X, variant="pre", h=h)
+        with pytest.raises(ValueError, match="^h must"):
+            se.layer_jacobian_norms(p, X, variant="pre", h=h)

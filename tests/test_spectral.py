@@ -294,7 +294,7 @@ def test_random_logits_never_beat_the_floor(T, s, seed):
      ValueError, "X must"),
     (lambda: spectral.pattern_bound([np.ones((2, 9)), np.ones((9, 9)), np.ones((9, 2))]),
      ValueError, "at most 16"),
-    (lambda: spectral.spectral_normalize(np.array([[1.0, 0.0]]), [0.0]), ValueError, "u0"),
+    (lambda: spectral.spectral_normalize(np.array([[1.0, 0.0]]), [0.0]), ValueError, "^u must"),
     (lambda: power_iteration(aslinearoperator(np.ones((2, 2))), 1, u0=np.ones(3)),
      ValueError, "u0"),
 ])

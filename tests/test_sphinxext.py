@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from lipattn.sphinxext import inputs_hash
 
 
@@ -216,3 +218,15 @@ def test_multi_panel_figures_get_a_stacked_phone_variant(tmp_path: Path):
     assert w == 2 * round(plotting.PHONE_COLUMN_IN * 100) and h > w  # stacked: taller than wide
     assert f'width="{w // 2}"' in out
     assert float(out.split('data-narrow-min-font-px="')[1].split('"')[0]) >= 11.0
+
+
+def test_inputs_hash_rejects_a_string_and_missing_paths(tmp_path: Path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "a.py").write_text("x = 1\n")
+    with pytest.raises(TypeError, match="^watch must be a list"):
+        inputs_hash(tmp_path, "lib")  # would hash the letters 'l', 'i', 'b'
+    with pytest.raises(ValueError, match=r"^watch\[1\] must exist"):
+        inputs_hash(tmp_path, ["lib", "requirements.txt"])
+    with pytest.raises(ValueError, match="^root must be an existing directory"):
+        inputs_hash(tmp_path / "nope", ["lib"])
+    assert inputs_hash(str(tmp_path), ["lib"]) == inputs_hash(tmp_path, ["lib"])

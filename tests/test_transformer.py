@@ -214,3 +214,19 @@ def test_bad_inputs():
         T.residual_stream(p, np.zeros((3, 2)), variant="pre")
     with pytest.raises(ValueError, match="X must"):
         T.token_diversity(np.zeros(3))
+
+
+@pytest.mark.parametrize("variant", ["post", "pre"])
+def test_overflow_is_a_clear_error_not_a_warning(variant):
+    """Near the float64 limit Post-LN's logits overflow, and a huge FFN bias
+    overflows Pre-LN's stream: each is a ValueError naming params and X."""
+    p = T.init_params(2, 4, seed=1)
+    X = np.random.default_rng(0).standard_normal((3, 4))
+    if variant == "post":
+        X = X / np.abs(X).max() * 1.79e308
+    else:
+        p[0]["b_1"] = p[0]["b_1"] + 1e308
+        p[0]["W_2"] = p[0]["W_2"] * 1e10
+    for fn in (T.forward, T.residual_stream):
+        with pytest.raises(ValueError, match="^params and X must keep the"):
+            fn(p, X, variant=variant)

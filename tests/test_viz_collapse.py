@@ -61,6 +61,21 @@ def test_mlp_relative_residual_after_one_layer_is_homogeneous():
     np.testing.assert_allclose(cur[0.5][:, 1], cur[50.0][:, 1], rtol=1e-10)
 
 
+def test_mlp_baseline_is_paired_attention_only():
+    cur = viz.mlp_curves(lips=(2.0,), n=6, d=8, layers=3, seeds=2)
+    # independent plain-numpy stack with the same draws, no MLP
+    X = viz.tokens(6, 8, 1)
+    Wq, Wk, Wv = collapse.random_weights(8, 1.0, 3, 1)
+    r = [np.linalg.norm(X - X.mean(0)) / np.linalg.norm(X)]
+    for q, k, v in zip(Wq, Wk, Wv, strict=True):
+        S = (X @ q) @ (X @ k).T / math.sqrt(8)
+        P = np.exp(S - S.max(1, keepdims=True))
+        X = (P / P.sum(1, keepdims=True)) @ X @ v
+        r.append(np.linalg.norm(X - X.mean(0)) / np.linalg.norm(X))
+    np.testing.assert_allclose(cur[None][1], r, rtol=1e-9)
+    assert cur[2.0].shape == cur[None].shape == (2, 4)
+
+
 def test_regime_grid_matches_trajectory():
     g = viz.regime_grid(scales=np.array([0.5, 4.0]), layers=3, n=6, d=8, seeds=2)
     X = viz.tokens(6, 8, 1)
@@ -85,8 +100,7 @@ def test_figures_build():
         viz.fig_leading(viz.leading_coefficient_table(eps=np.geomspace(1, 1e-3, 5))),
         viz.fig_signature(viz.signature_run(n=6, d=6, layers=6, dps=200)),
         viz.fig_skips(viz.skip_curves(n=6, d=8, layers=4, seeds=2)),
-        viz.fig_mlp(viz.mlp_curves(lips=(1.0,), n=6, d=8, layers=3, seeds=2),
-                    np.full((2, 4), 0.5)),
+        viz.fig_mlp(viz.mlp_curves(lips=(1.0,), n=6, d=8, layers=3, seeds=2)),
         viz.fig_regime(viz.regime_grid(scales=np.array([0.5, 2.0]), layers=3, n=6, d=8,
                                        seeds=2)),
         viz.fig_gradient(viz.gradient_table(n=6, d=6, eps=np.geomspace(1, 1e-3, 4))),
@@ -146,7 +160,7 @@ def test_skip_data_invariants():
 def test_explorer_rejects_bad_values():
     ex = get_explorer("collapse-stack")
     with pytest.raises(ValueError, match="layer"):
-        ex.render(layer=5)
+        ex.render(layer=7)
     with pytest.raises(TypeError):
         ex.render(depth=1)
     assert math.isclose(viz._SCALES[1], 1.0)

@@ -91,3 +91,24 @@ def test_explorer_frames_change_with_every_slider():
     base = ex.render(t=4.0, N=16, config="two-sided")
     for change in ({"t": 8.0}, {"N": 64}, {"config": "sink"}):
         assert ex.render(**({"t": 4.0, "N": 16, "config": "two-sided"} | change)) != base
+
+
+@pytest.mark.parametrize("t", [0.0, 0.3, 1.0, 3.0, 12.0])
+def test_two_sided_constant_mp_matches_the_dense_svd(t):
+    """The two-block reduction against the dense Jacobian's SVD (float64)."""
+    from lipattn.lipschitz import attention_jacobian, two_sided_tokens
+
+    I2 = np.eye(2)
+    dense = np.linalg.norm(attention_jacobian(two_sided_tokens(t), I2, I2, I2), 2)
+    assert float(viz.two_sided_constant_mp(t)) == pytest.approx(dense, rel=1e-12)
+
+
+def test_two_sided_expansion_in_mpmath():
+    """L = (sqrt2/3) t^2 + 1/3 + 1/(3 sqrt2 t^2) + O(t^-4): the t^-2 coefficient, from two t."""
+    import mpmath
+
+    with mpmath.workdps(60):
+        c = {t: (viz.two_sided_constant_mp(t) - mpmath.sqrt(2) / 3 * t**2 - mpmath.mpf(1) / 3)
+             * t**2 for t in (100, 400)}
+        assert abs(c[400] - 1 / (3 * mpmath.sqrt(2))) < abs(c[100] - 1 / (3 * mpmath.sqrt(2)))
+        assert abs(c[400] - 1 / (3 * mpmath.sqrt(2))) < 1e-5

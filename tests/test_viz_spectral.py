@@ -42,21 +42,148 @@ def test_rate_experiment_slopes():
     for rho in data["rhos"]:
         assert data["slope"][rho] == pytest.approx(4 * math.log(rho), rel=0.02)
         k = data["k"]
-        assert np.all(data["err"][rho] <= data["tan2"][rho] * rho ** (4.0 * k - 2) * (1 + 1e-9)
-                      + 1e-14)
+        err, bound = data["err"][rho], data["tan2"][rho] * rho ** (4.0 * k - 2)
+        # the bound holds in exact arithmetic; in float64 only above rounding level
+        assert np.all((err <= bound * (1 + 1e-9)) | (np.abs(err) < 1e-14))
+        assert np.all(np.abs(err[err > bound * (1 + 1e-9)]) < 1e-14)
+    # at rho = 0.5 the bound falls below the rounding level well before step 60
+    k = data["k"]
+    assert np.any(data["err"][0.5] > data["tan2"][0.5] * 0.5 ** (4.0 * k - 2))
 
 
 def test_cost_experiment_orders():
     data = viz.cost_experiment(gaps=[0.005, 0.3], n=120)
-    assert data["power"][0] > 3 * data["lanczos"][0]      # tight gap: Lanczos wins
+    assert data["power"][0] > 3 * data["gkl"][0]          # tight gap: Lanczos wins
     assert data["power"][0] > data["power"][1]
-    assert np.all(np.abs(data["lanczos_err"]) < 1e-8)
+    assert np.all(data["power"] >= data["power_err"])     # the certificate is stricter
+    for key in ("power", "gkl", "svds"):
+        assert np.all(np.abs(data[f"err_{key}"]) < 1e-8)
+
+
+def test_power_to_residual_certifies_a_singular_value():
+    A = spectral.matrix_with_spectrum([1.0, 0.7, 0.69, 0.2], (9, 6), seed=3)
+    out = viz.power_to_residual(A, 1e-6, seed=2)
+    # replay the same steps independently
+    u = np.random.default_rng(2).standard_normal(9)
+    u /= np.linalg.norm(u)
+    for _ in range(out["steps"]):
+        v = A.T @ u / np.linalg.norm(A.T @ u)
+        u, sig = A @ v / np.linalg.norm(A @ v), np.linalg.norm(A @ v)
+    assert sig == pytest.approx(out["sigma"], rel=1e-12)
+    assert np.linalg.norm(A.T @ u - sig * v) == pytest.approx(out["residual"], rel=1e-6,
+                                                               abs=1e-15)
+    assert out["residual"] <= 1e-6 * out["sigma"] and out["products"] == 2 * out["steps"] + 1
+    s = np.linalg.svd(A, compute_uv=False)
+    assert np.min(np.abs(s - out["sigma"])) <= out["residual"] / math.sqrt(2) + 1e-15
+    with pytest.raises(ValueError, match="max_iters"):
+        viz.power_to_residual(A, 1e-12, max_iters=2)
+
+
+def _ritz_top(M, v0, k):
+    # independent reference: Rayleigh-Ritz on an orthonormal Krylov basis (two passes
+    # of Gram-Schmidt)
+    Q = [v0 / np.linalg.norm(v0)]
+    for _ in range(k - 1):
+        w = M @ Q[-1]
+        for _ in range(2):
+            w -= np.array(Q).T @ (np.array(Q) @ w)
+        Q.append(w / np.linalg.norm(w))
+    Q = np.array(Q).T
+    return np.linalg.eigvalsh(Q.T @ M @ Q)[-1]
+
+
+def test_chebyshev_bound_holds_and_kps_steps_inverts_it():
+    from numpy.polynomial import chebyshev
+    lam = np.r_[1.0, 0.9, np.linspace(0.85, 0.0, 58)]
+    X = np.linalg.qr(np.random.default_rng(0).standard_normal((60, 60)))[0]
+    M = (X * lam) @ X.T
+    v0 = np.random.default_rng(1).standard_normal(60)
+    c = X.T @ v0
+    tan2 = float(np.sum(c[1:] ** 2) / c[0] ** 2)
+    gamma = (lam[0] - lam[1]) / (lam[1] - lam[-1])
+
+    def T(j):
+        return chebyshev.chebval(1 + 2 * gamma, [0] * j + [1])
+
+    for k in range(1, 16):
+        err = (lam[0] - _ritz_top(M, v0, k)) / (lam[0] - lam[-1])
+        assert -1e-12 <= err <= tan2 / T(k - 1) ** 2 * (1 + 1e-9)
+        # the closed form of T_j(1 + 2 gamma)
+        assert T(k - 1) == pytest.approx(math.cosh(2 * (k - 1) * math.asinh(math.sqrt(gamma))))
+    for rtol in (1e-2, 1e-6, 1e-10):
+        k = viz.kps_steps(gamma, tan2, rtol)
+        assert tan2 / T(k - 1) ** 2 <= rtol < tan2 / T(k - 2) ** 2
 
 
 def test_mlp_bounds_ordered():
-    data = viz.mlp_bounds(depths=(1, 3), width=6, samples=500)
-    assert np.all(data["sampled"] <= data["product"] * (1 + 1e-12))
+    data = viz.mlp_bounds(depths=(1, 3), width=6, samples=500, search=True)
+    assert np.all(data["sampled"] <= data["searched"])
+    assert np.all(data["searched"] <= data["product"] * (1 + 1e-12))
     assert data["sampled"][0] == pytest.approx(data["product"][0])  # one layer: exact
+
+
+def _relu_net(ws, x):
+    h = x
+    for w in ws[:-1]:
+        h = np.maximum(h @ w, 0.0)
+    return h @ ws[-1]
+
+
+def test_relu_mlp_search_value_is_attained():
+    ws = viz.random_mlp([4, 5, 5, 5, 3], seed=4)
+    best, x = viz.relu_mlp_search(ws, restarts=1, gens=20, pool=200, seed=1)
+    # central differences of the network itself at the returned point
+    J = np.array([(_relu_net(ws, x + 1e-7 * e) - _relu_net(ws, x - 1e-7 * e)) / 2e-7
+                  for e in np.eye(4)])
+    assert np.linalg.norm(J, 2) == pytest.approx(best, rel=1e-6)
+    # a lower bound on the constant: never above the exhaustive pattern bound
+    assert best <= spectral.pattern_bound(ws) * (1 + 1e-12)
+
+
+def test_paired_pattern_bound_is_between_the_patterns_and_the_product():
+    ws = viz.random_mlp([4, 4, 4, 4, 3], seed=2)
+    full = spectral.pattern_bound(ws)
+    paired = viz.paired_pattern_bound(ws)
+    assert full <= paired * (1 + 1e-12) and paired <= spectral.product_bound(ws) * (1 + 1e-12)
+    assert viz.paired_pattern_bound(ws[:2]) == pytest.approx(spectral.pattern_bound(ws[:2]))
+    lone = viz.paired_pattern_bound(ws[:3])          # a pair and a lone layer
+    assert lone == pytest.approx(spectral.pattern_bound(ws[:2]) * np.linalg.norm(ws[2], 2))
+
+
+def test_sn_weight_vjp_matches_finite_differences():
+    rng = np.random.default_rng(0)
+    W, C = rng.standard_normal((2, 5, 3))
+    u, v = rng.standard_normal(5), rng.standard_normal(3)
+    u, v = u / np.linalg.norm(u), v / np.linalg.norm(v)
+
+    def loss(M):
+        Y = M / (u @ M @ v)
+        return float(np.sum(np.tanh(Y) * C))
+
+    G = C / np.cosh(W / (u @ W @ v)) ** 2
+    grad = viz.sn_weight_vjp(W, u, v, G)
+    fd = np.zeros_like(W)
+    for i in range(5):
+        for j in range(3):
+            E = np.zeros_like(W)
+            E[i, j] = 1e-6
+            fd[i, j] = (loss(W + E) - loss(W - E)) / 2e-6
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_pytorch_eval_sigma_is_a_bilinear_lower_bound():
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((6, 4))
+    for _ in range(20):
+        u, v = rng.standard_normal(6), rng.standard_normal(4)
+        u, v = u / np.linalg.norm(u), v / np.linalg.norm(v)
+        s = viz.pytorch_eval_sigma(W, u, v)
+        assert s == pytest.approx(float(np.einsum("i,ij,j->", u, W, v)))
+        assert abs(s) <= np.linalg.svd(W, compute_uv=False)[0] + 1e-12
+    with pytest.raises(ValueError, match="u and v"):
+        viz.pytorch_eval_sigma(W, np.ones(4), np.ones(4))
+    with pytest.raises(ValueError, match="G must"):
+        viz.sn_weight_vjp(W, np.ones(6) / 6**0.5, np.ones(4) / 2, np.ones((4, 6)))
 
 
 def test_tracking_summary_orders():
@@ -76,6 +203,8 @@ def test_random_logit_entropies_above_the_floor():
     lambda: viz.fig_rate(viz.rate_experiment(iters=30)),
     lambda: viz.fig_cost(viz.cost_experiment(gaps=[0.05, 0.5], n=60)),
     lambda: viz.fig_mlp(viz.mlp_bounds(depths=(1, 2), width=4, samples=100)),
+    lambda: viz.fig_mlp(viz.mlp_bounds(depths=(1, 2), width=4, samples=100, search=True)
+                        | {"upper": {2: 10.0}}),
     lambda: viz.fig_tracking(viz.tracking_summary()),
     lambda: viz.fig_entropy_floor(Ts=(2, 8), samples=50),
 ])
@@ -99,6 +228,14 @@ def test_every_slider_value_changes_the_frame(name):
 def test_bad_input():
     with pytest.raises(ValueError, match="rtol"):
         viz.cost_experiment(rtol=0.0)
+    with pytest.raises(TypeError, match="weights"):
+        viz.relu_mlp_search(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="restarts"):
+        viz.relu_mlp_search([np.ones((3, 3))], restarts=0)
+    with pytest.raises(ValueError, match="rtol"):
+        viz.kps_steps(0.1, 1.0, 0.0)
+    with pytest.raises(ValueError, match="gamma"):
+        viz.kps_steps(0.0, 1.0, 1e-3)
     with pytest.raises(ValueError, match="T must"):
         viz.random_logit_entropies(1, np.ones(2))
     with pytest.raises(ValueError, match="k must"):

@@ -10,6 +10,7 @@ for example::
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -18,10 +19,26 @@ import numpy as np
 __all__ = [
     "as_real_array",
     "as_positive_float",
+    "as_real_float",
+    "as_float_in",
     "as_int_at_least",
+    "as_count",
+    "as_seed",
+    "as_rng",
+    "as_tol",
+    "as_step",
     "as_bool",
+    "as_choice",
+    "safe_norm",
+    "scale_of",
+    "safe_product",
     "check_unmasked",
+    "MAX_COUNT",
 ]
+
+#: Upper bound of :func:`as_count`: counts that size arrays or loops. Beyond it
+#: memory or time would explode, so a clear error beats a MemoryError or a hang.
+MAX_COUNT = 10**8
 
 
 def as_real_array(
@@ -121,14 +138,151 @@ def as_positive_float(value: Any, name: str, *, allow_zero: bool = False) -> flo
     return v
 
 
-def as_int_at_least(value: Any, name: str, minimum: int) -> int:
-    """Return ``value`` as an ``int`` that is at least ``minimum``, or raise."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an integer >= {minimum}; got {type(value).__name__}")
-    v = int(value)
-    if v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {v}")
+def as_real_float(value: Any, name: str) -> float:
+    """Return ``value`` as a finite real ``float`` of any sign, or raise."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a finite real number; got {type(value).__name__}")
+    v = float(value)
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be a finite real number; got {value!r}")
     return v
+
+
+def as_float_in(value: Any, name: str, lo: float, hi: float, *,
+                lo_open: bool = False, hi_open: bool = False) -> float:
+    """Return ``value`` as a real ``float`` in the interval from ``lo`` to ``hi``, or raise.
+
+    ``lo_open`` / ``hi_open`` exclude the end points, e.g. Adam's betas lie in [0, 1).
+    """
+    interval = f"{'(' if lo_open else '['}{lo!r}, {hi!r}{')' if hi_open else ']'}"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number in {interval}; got {type(value).__name__}")
+    v = float(value)
+    if not (v > lo if lo_open else v >= lo) or not (v < hi if hi_open else v <= hi):
+        raise ValueError(f"{name} must be a real number in {interval}; got {value!r}")
+    return v
+
+
+def as_int_at_least(value: Any, name: str, minimum: int, maximum: int | None = None) -> int:
+    """Return ``value`` as an ``int`` that is at least ``minimum`` (and at most
+    ``maximum``, if given), or raise."""
+    want = f"an integer >= {minimum}" if maximum is None else \
+        f"an integer in [{minimum}, {maximum}]"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be {want}; got {type(value).__name__}")
+    v = int(value)
+    if v < minimum or (maximum is not None and v > maximum):
+        raise ValueError(f"{name} must be {want}; got {v}")
+    return v
+
+
+def as_count(value: Any, name: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """Return ``value`` as an ``int`` count in [minimum, maximum], or raise.
+
+    For counts that size arrays or loops (tokens, dimensions, layers, samples,
+    steps): the default upper bound :data:`MAX_COUNT` turns a request that would
+    end in a MemoryError or a hang into a clear error naming the argument.
+    Pass a smaller ``maximum`` where the cost grows faster than linearly.
+    """
+    return as_int_at_least(value, name, minimum, maximum)
+
+
+def as_seed(value: Any, name: str = "seed") -> int:
+    """Return ``value`` as a seed for ``np.random.default_rng``: an int >= 0, or raise."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be a non-negative integer; got {type(value).__name__}")
+    v = int(value)
+    if v < 0:
+        raise ValueError(f"{name} must be a non-negative integer; got {v}")
+    return v
+
+
+def as_rng(value: Any, name: str = "seed") -> np.random.Generator:
+    """``np.random.default_rng(value)`` for a seed (int >= 0) or a Generator, or raise."""
+    if isinstance(value, np.random.Generator):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be a non-negative integer or a numpy Generator; "
+                        f"got {type(value).__name__}")
+    return np.random.default_rng(as_seed(value, name))
+
+
+def as_tol(value: Any, name: str = "tol") -> float:
+    """Return ``value`` as a relative tolerance in [1e-15, 0.5], or raise.
+
+    Below about 1e-15 a float64 iteration cannot confirm convergence; above 0.5
+    a "converged" estimate may be off by a factor of 2, so it is not an estimate.
+    """
+    return as_float_in(value, name, 1e-15, 0.5)
+
+
+def as_step(value: Any, name: str, x_scale: float = 1.0) -> float:
+    r"""Return a finite-difference step ``h`` as a float, or raise.
+
+    With :math:`s = \max(1, x_{\text{scale}})` (``x_scale`` the size of the entries
+    it perturbs), ``h`` must lie in :math:`[10^{-12} s, 0.1 s]`: a smaller step
+    loses every digit to rounding (``x + h == x``, or the difference is pure
+    noise); a larger one is not a local difference.
+    """
+    h = as_positive_float(value, name)
+    floor = 1e-12 * max(float(x_scale), 1.0)
+    if h > 1e11 * floor:
+        raise ValueError(f"{name} must be a small step, at most {1e11 * floor:.3g} (0.1 times "
+                         f"max(1, largest perturbed entry)); got {value!r}")
+    if h < floor:
+        raise ValueError(f"{name} must be a step of at least {floor:.3g} (1e-12 times "
+                         f"max(1, largest perturbed entry)), or the finite difference is "
+                         f"rounding noise; got {value!r}")
+    return h
+
+
+def as_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of the strings ``choices``, or raise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, choices))}; "
+                        f"got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; "
+                         f"got {value!r}")
+    return value
+
+
+def scale_of(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """The power of two at least ``max |x|`` (over ``axis``), 1 where that is 0.
+
+    Dividing by it is exact (no rounding, barring subnormals), so a routine run on
+    ``x / scale_of(x)`` and multiplied back gives bit for bit the result of the
+    unscaled run wherever that one neither overflows nor underflows. A float for
+    ``axis=None`` without ``keepdims``, else an array.
+    """
+    m = np.max(np.abs(np.asarray(x, dtype=float)), axis=axis, keepdims=keepdims)
+    out = np.where(m > 0, np.ldexp(1.0, np.frexp(m)[1]), 1.0)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def safe_norm(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Any:
+    r"""Euclidean norm that neither overflows nor underflows for any finite ``x``.
+
+    ``numpy.linalg.norm`` where its result lies in :math:`(10^{-150}, 10^{150})`
+    (then no square overflows or loses digits, and ordinary inputs give exactly
+    numpy's value); elsewhere computed on ``x`` divided by a power of two near
+    its largest entry (as LAPACK's ``dnrm2``). So ``safe_norm(c * x)`` is
+    ``c * safe_norm(x)`` up to rounding for every finite ``c * x``; ``inf`` only
+    where the norm itself exceeds the float64 range. No validation (internal).
+    """
+    x = np.asarray(x, dtype=float)
+    with np.errstate(over="ignore", under="ignore"):
+        r = np.linalg.norm(x, axis=axis, keepdims=keepdims)
+    ok = (r > 1e-150) & (r < 1e150)
+    if np.all(ok | (r == 0) & ~np.any(x, axis=axis, keepdims=keepdims)):
+        return r if np.ndim(r) else float(r)
+    m = scale_of(x, axis=axis, keepdims=True)
+    with np.errstate(over="ignore"):  # |x/m| <= 1; the product overflows only if the norm does
+        scaled = m * np.sqrt(np.sum((x / m) ** 2, axis=axis, keepdims=True))
+    if not keepdims:
+        scaled = np.squeeze(scaled, axis=axis) if axis is not None else scaled.reshape(())
+    out = np.where(ok, r, scaled)
+    return out if np.ndim(out) else float(out)
 
 
 def as_bool(value: Any, name: str) -> bool:
@@ -136,3 +290,25 @@ def as_bool(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False; got {type(value).__name__}")
     return bool(value)
+
+
+def safe_product(*factors: float, name: str = "the arguments", what: str = "a result") -> float:
+    """The product of non-negative finite floats without intermediate overflow or
+    underflow; raises ``ValueError`` naming ``name`` (the caller's arguments) and
+    ``what`` (the quantity) if the product itself overflows.
+
+    ``1e200 * 1e200 * 1e-300`` is ``1e100``, not ``inf``. A product below the
+    smallest float gives 0 (or a subnormal), which is the correctly rounded value.
+    """
+    mant, expo = 1.0, 0
+    for f in factors:
+        m, e = math.frexp(float(f))
+        if m == 0.0:
+            return 0.0
+        mant, e2 = math.frexp(mant * m)
+        expo += e + e2
+    try:
+        return math.ldexp(mant, expo)
+    except OverflowError:
+        raise ValueError(f"{name} must give {what} representable in float64; it "
+                         f"overflows (about 2**{expo})") from None

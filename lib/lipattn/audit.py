@@ -7,8 +7,8 @@ of the review sheets (in English and Chinese). The audit page renders its
 table (:func:`verdict_table`) and the box at the head of each section
 (:func:`claim_box`) from it, and the review sheets render their list of
 traps (:func:`traps`) from it, so none of them can disagree with another.
-The English review sheet reads each chapter's interview answer from the
-chapter itself (:func:`interview_answer`) instead of repeating it.
+The chapters and both review sheets render each chapter's interview answer
+from its bilingual source (:func:`interview_answer`) instead of repeating it.
 
 Rendered text is MyST Markdown (``$...$`` math, ``{prf:ref}``, ``{doc}`` and
 ``{ref}`` roles), meant for myst-nb's ``{glue:md}`` with ``:format: myst``.
@@ -19,11 +19,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["VERDICTS", "Part", "Claim", "CLAIMS", "claim", "verdict_table",
-           "claim_box", "traps", "section_label", "interview_answer"]
+from . import interview
+
+__all__ = ["VERDICTS", "SCALE", "Part", "Claim", "CLAIMS", "claim", "verdict_table",
+           "claim_box", "scale_list", "traps", "section_label", "interview_answer"]
 
 #: The verdicts, from best to worst.
 VERDICTS: tuple[str, ...] = ("true", "true but loose", "imprecise", "false", "ill-posed")
+
+#: The one scale every verdict is given on. A verdict says what *kind* of error a
+#: claim makes, whatever its size; each part's ``size`` says how large it is.
+SCALE: dict[str, str] = {
+    "true": "correct as stated.",
+    "true but loose": "a correct bound that a sharper one replaces.",
+    "imprecise": "right in outline, or in some settings, but wrong as a general "
+                 "statement in its rate, its conditions or the object it is about.",
+    "false": "contradicted, as worded, by a counterexample on the page that no reading "
+             "of the claim excludes, however small the discrepancy.",
+    "ill-posed": "not a statement that could be proved or refuted as worded.",
+}
 
 #: Verdict words in the review sheets' languages.
 _VERDICT_WORDS = {
@@ -42,17 +56,23 @@ class Part:
     says : str
         The part, as the card says it (MyST Markdown).
     verdict : str
-        One of :data:`VERDICTS`.
+        One of :data:`VERDICTS`, on the scale :data:`SCALE`.
+    size : str
+        How large the discrepancy is (MyST Markdown, no measured numbers: those
+        are glued on the audit page).
     """
 
     says: str
     verdict: str
+    size: str
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
-        if not isinstance(self.says, str) or not self.says.strip():
-            raise ValueError("says must be a non-empty string")
+        for name in ("says", "size"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty string")
 
 
 @dataclass(frozen=True)
@@ -110,7 +130,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         1, "The norm of the softmax Jacobian",
         (Part(r"The spectral norm of the softmax Jacobian $\diag(p) - pp^\top$ is bounded by 1.",
-              "true but loose"),),
+              "true but loose", r"a factor 2: the sharp bound is $\frac12$."),),
         r"$\|J(z)\|_2 \le \frac12$ for every $z$; the supremum $\frac12$ is attained for two "
         r"equal logits and approached for $n \ge 3$ when two logits tie at the top.",
         r"$\|J\|_2 \le \frac12$, and $\frac12$ is sharp.",
@@ -122,8 +142,10 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         2, "The Lipschitz constant of the softmax",
-        (Part(r"The softmax's Lipschitz constant is exactly 1 in $\ell_\infty$", "false"),
-         Part(r"and at most $\sqrt N$ in $\ell_2$.", "true but loose")),
+        (Part(r"The softmax's Lipschitz constant is exactly 1 in $\ell_\infty$", "false",
+              r"a factor 2: the constant is $\frac12$, at every $N$."),
+         Part(r"and at most $\sqrt N$ in $\ell_2$.", "true but loose",
+              r"a factor $2\sqrt N$: $\frac12$ against $\sqrt N$.")),
         r"The best constant is $\frac12$ in both $\ell_2$ and $\ell_\infty$, for every $N$; "
         r"$\frac{1}{2\tau}$ with temperature $\tau$.",
         r"$\frac12$ in $\ell_2$ and in $\ell_\infty$, for every $N$.",
@@ -136,9 +158,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         3, "The $1/\\sqrt d$ scaling and saturation",
         (Part(r"Without the $1/\sqrt d$ scaling, the softmax input's variance grows with $d$,",
-              "true"),
+              "true", r"none: the variance is $d_k$ exactly."),
          Part(r"so the Jacobian saturates rapidly towards 0 (vanishing gradients).",
-              "imprecise")),
+              "imprecise", r"in the rate: $\mathbb E\|J\|_2$ falls like $1/\sigma$, not "
+              r"exponentially, and the $W_Q$ gradient vanishes for typical queries only, "
+              r"not on average.")),
         r"$\Var(q \cdot k) = d_k$ exactly. Typical queries saturate, but only polynomially: "
         r"$\mathbb E\|J\|_2 = \Theta(1/\sigma)$, about $d_k^{-1/2}$, held up by near-ties. "
         r"The logit gradient shrinks, and so does the query gradient of most queries; "
@@ -150,13 +174,15 @@ CLAIMS: tuple[Claim, ...] = (
         {"en": r"Without $1/\sqrt{d_k}$, saturation is polynomial ($\Theta(1/\sigma)$), not "
                r"exponential; the $W_Q$ gradient vanishes for most queries but not on average.",
          "zh": r"不除以 $\sqrt{d_k}$ 时，饱和是多项式速度（$\Theta(1/\sigma)$）而非指数速度；"
-               r"$W_Q$ 的梯度对多数 query 消失，但平均值并不消失。"},
+               r"梯度消失只发生在多数 query 上，$W_Q$ 梯度的平均值并不消失。"},
     ),
     Claim(
         4, "Rank collapse without residual connections",
         (Part(r"Without residual connections, a stack of pure self-attention layers makes all "
               r"token vectors converge exponentially to one vector (rank collapse).",
-              "imprecise"),),
+              "imprecise", r"in the rate, towards faster (doubly exponential once near "
+              r"collapse), and in the conditions (large weights can hold the tokens apart "
+              r"for several layers first)."),),
         r"Near collapse one layer cubes the residual, "
         r"$\|\mathrm{res}\, f(X)\|_F \le c\,\|\mathrm{res}\, X\|_F^3$: the convergence is "
         r"doubly exponential, once $c\|\mathrm{res}\|_F^2 < 1$. Large weights can hold the "
@@ -165,34 +191,54 @@ CLAIMS: tuple[Claim, ...] = (
         r"Doubly exponential near collapse (the residual is cubed per layer), and only under "
         r"conditions.",
         "03_rank_collapse", ("thm-cubic", "cor-unroll"),
-        {"en": r"Pure attention collapses *doubly* exponentially near collapse "
-               r"(residual cubed per layer), and only conditionally; skips alone do not stop it.",
-         "zh": r"纯注意力堆叠在接近崩溃时是*双指数*收敛（每层残差被立方），且有前提条件；"
-               r"仅靠跳连并不能阻止秩崩溃。"},
+        {"en": r"Pure attention collapses *doubly* exponentially near collapse (one layer "
+               r"cubes the tokens' deviation from their mean), and only once that deviation "
+               r"is small; with skip connections the rank survives, but the normalised tokens "
+               r"still converge.",
+         "zh": r"纯注意力堆叠在接近崩溃时是**双指数**收敛（每一层把 token 相对平均 token 的"
+               r"偏离量立方），而且要等偏离量足够小才成立；有残差连接时秩得以保留，但归一化后的 "
+               r"token 仍然趋于相同。"},
     ),
     Claim(
         5, "Pre-LN gradients and warm-up",
-        (Part(r"Pre-LN provides a constant gradient norm at initialisation,", "false"),
-         Part(r"so it trains stably without warm-up.", "imprecise")),
+        (Part(r"Pre-LN provides a constant gradient norm at initialisation,", "imprecise",
+              r"depends on the setting: nearly flat across layers in Xiong et al.'s "
+              r"experiments (as we recall their figures), falling towards the output in "
+              r"the book's small encoders; their theorem is about the last layer only."),
+         Part(r"so it trains stably without warm-up.", "imprecise",
+              r"in the reason: what warm-up tames is the amplification of parameter "
+              r"changes with depth.")),
         r"Xiong et al. bound the *last* layer's gradient: of order $d\sqrt{\ln d}$ for "
-        r"Post-LN and $d\sqrt{\ln d/L}$ for Pre-LN. Across layers Pre-LN's gradients fall "
-        r"towards the output. Adam's first step has the same relative size everywhere; "
-        r"Post-LN fails without warm-up because it amplifies parameter changes with depth.",
+        r"Post-LN and $d\sqrt{\ln d/L}$ for Pre-LN. Whether the other layers' gradients "
+        r"match depends on the setting; in the book's small encoders Pre-LN's fall towards "
+        r"the output. Adam's first step has the same relative size everywhere; "
+        r"Post-LN amplifies parameter changes with depth (Liu et al.), the usual "
+        r"explanation of why it needs warm-up; that this amplification is what makes the "
+        r"small runs fail is an inference, not measured.",
         r"Pre-LN gradients fall towards the output; the last layer scales like $L^{-1/2}$; "
         r"warm-up tames amplification.",
         "04_prenorm_postnorm", ("def-variants",),
-        {"en": r"Pre-LN's gradient norms are not constant across layers; the theorem is "
-               r"about the last layer ($\propto L^{-1/2}$), and warm-up is about amplification.",
-         "zh": r"Pre-LN 各层梯度范数并不恒定；定理只涉及最后一层（$\propto L^{-1/2}$），"
-               r"而 warm-up 的作用在于放大效应。"},
+        {"en": r"Pre-LN's gradient norms are not constant across layers (they fall towards "
+               r"the output); Xiong et al. bound the last layer's gradient only "
+               r"($\propto L^{-1/2}$); warm-up is usually explained by Post-LN's "
+               r"amplification of updates with depth (Liu et al.), and in small runs the "
+               r"failures went with falling token diversity, a correlation.",
+         "zh": r"Pre-LN 各层的梯度范数并不恒定（朝输出方向递减）；Xiong 等人只给出了最后一层"
+               r"梯度的上界（$\propto L^{-1/2}$）；预热通常被解释为抵消 Post-LN 随深度"
+               r"放大参数更新的效应（Liu 等人），而在小规模实验中，"
+               r"训练失败与 token 多样性持续下降同时出现，这只是相关关系。"},
     ),
     Claim(
         6, "Spectral normalisation",
         (Part(r"Spectral normalisation by power iteration constrains $\sigma_{\max}(W) \le 1$.",
-              "false"),),
+              "false", r"small: the excess of $\|W/\hat\sigma\|_2$ over 1 shrinks "
+              r"geometrically with the number of power steps, but it is never negative, and "
+              r"zero only when the estimate is exact."),),
         r"Power iteration's estimate never exceeds $\sigma_1$, so "
         r"$\|W/\hat\sigma\|_2 = \sigma_1/\hat\sigma \ge 1$: the constraint is approached from "
-        r"above. Its error falls like $(\sigma_2/\sigma_1)^{4k}$.",
+        r"above. Its error falls like $(\sigma_2/\sigma_1)^{4k}$. Dividing by a certified upper "
+        r"bound on $\sigma_1$ (such as $\|W\|_F$ or $\sqrt{\|W\|_1\|W\|_\infty}$) does give "
+        r"$\le 1$.",
         r"$\|W/\hat\sigma\|_2 \ge 1$: the constraint is approached from above.",
         "05_spectral_normalisation", ("thm-lower-bound", "thm-rate"),
         {"en": r"Spectral normalisation gives $\|W/\hat\sigma\|_2 \ge 1$, not $\le 1$: "
@@ -203,28 +249,39 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         7, "The Lipschitz constant of self-attention",
         (Part(r"Self-attention satisfies $L_{\text{attn}} \le C\|W_V\|_2\bigl(1 + {}$"
-              r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$.", "false"),
+              r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$.", "false",
+              r"unbounded: on the two-sided input the exact constant exceeds it for every "
+              r"$C$, by a factor that grows like $\|X\|_2$."),
          Part(r"Spectral normalisation together with $1/\sqrt d$ scaling is the *necessary and "
               r"sufficient* guarantee against gradient explosion and rank collapse in deep "
-              r"Transformers.", "ill-posed")),
-        r"Dot-product attention has no global Lipschitz constant; its local constant grows "
-        r"like the square of the input scale, so no formula linear in $\|X\|_2$ holds for any "
-        r"$C$. On tokens of norm $\le R$: "
-        r"$L \le \|W_V\|_2(\min(\sqrt N, e^{aR^2}) + aR^2(1 + \sqrt{N/2}))$, "
-        r"$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$. “Necessary and sufficient” is proved nowhere.",
-        r"No global constant; it grows like $\|X\|^2$, on a ball of radius $R$ like $R^2$.",
+              r"Transformers.", "ill-posed",
+              r"not measurable: it names no theorem, model or norm.")),
+        r"Dot-product attention has no global Lipschitz constant; the worst case of its local "
+        r"constant over a ball of radius $R$ grows like $R^2$, so no formula linear in "
+        r"$\|X\|_2$ holds for any $C$. On tokens of norm $\le R$: "
+        r"$L \le \|W_V\|_2(\min(\sqrt N, e^{aR^2}) + aR^2(1 + \min(\sqrt{N/2}, e^{aR^2})))$, "
+        r"$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$. For “necessary and sufficient” the card cites "
+        r"no theorem.",
+        r"No global constant; the worst case over a ball of radius $R$ grows like $R^2$.",
         "06_attention_lipschitz", ("thm-t-squared", "thm-local-bound"),
-        {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: it grows "
-               r"like $\|X\|^2$; “necessary and sufficient” is an empty phrase.",
-         "zh": r"任何关于 $\|X\|$ 线性的公式都不能界住注意力的 Lipschitz 常数："
-               r"它按 $\|X\|^2$ 增长；“充分必要”一说没有依据。"},
+        {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: the "
+               r"worst case over a ball of radius $R$ grows like $R^2$. “Necessary and "
+               r"sufficient” fails both ways: deep Transformers train without spectral "
+               r"normalisation, and with it the logits are still quadratic in $X$.",
+         "zh": r"任何关于 $\|X\|$ 线性的公式都不是注意力 Lipschitz 常数的上界：半径为 $R$ 的"
+               r"球上的最坏情形按 $R^2$ 增长。“充分必要”两半都不成立：不用谱归一化，深层 "
+               r"Transformer 也能训练；用了谱归一化，logits 仍是 $X$ 的二次函数。"},
     ),
     Claim(
         8, "Depth, residual scaling and LayerNorm",
         (Part(r"Without Lipschitz control, tiny input errors diverge exponentially through "
-              r"hundreds of layers.", "ill-posed"),
+              r"hundreds of layers.", "ill-posed",
+              r"not measurable as worded (no model, norm or depth); the stacks measured on "
+              r"the page show no exponential growth at initialisation."),
          Part(r"The Lipschitz bound is the theoretical basis for residual scaling and "
-              r"LayerNorm.", "imprecise")),
+              r"LayerNorm.", "imprecise",
+              r"in the object: both are argued from signal propagation and the sensitivity "
+              r"to parameter changes, not from an input-Lipschitz bound.")),
         r"A product of per-layer constants bounds the growth and can be exponentially loose; "
         r"at initialisation neither Pre-LN nor Post-LN stacks amplify input perturbations "
         r"exponentially. Residual scaling keeps each factor $I + \alpha\,\partial f$ near 1, "
@@ -236,9 +293,12 @@ CLAIMS: tuple[Claim, ...] = (
         "04_prenorm_postnorm", ("thm-ln-jacobian", "cor-ln-lipschitz"),
         {"en": r"A product of per-layer Lipschitz constants is a bound, not a rate: "
                r"measured perturbations do not grow exponentially at initialisation, and "
-               r"LayerNorm is $1/\sqrt\varepsilon$-Lipschitz, not 1-Lipschitz.",
+               r"LayerNorm is $1/\sqrt\varepsilon$-Lipschitz, not 1-Lipschitz; residual "
+               r"scaling and LayerNorm rest on signal propagation and update sizes, not on an "
+               r"input-Lipschitz bound.",
          "zh": r"逐层 Lipschitz 常数之积只是上界而非实际增长率：初始化时实测的扰动并不指数增长；"
-               r"LayerNorm 的全局常数是 $1/\sqrt\varepsilon$，而不是 1。"},
+               r"层归一化的全局常数是 $1/\sqrt\varepsilon$，而不是 1；残差缩放和层归一化的依据"
+               r"是信号传播和更新的大小，而不是关于输入的 Lipschitz 上界。"},
     ),
 )
 
@@ -297,63 +357,110 @@ def verdict_table(claims: tuple[Claim, ...] = CLAIMS) -> str:
     return "\n".join([*rows, "```"])
 
 
+def _sizes(c: Claim) -> str:
+    if len(c.parts) == 1:
+        return c.parts[0].size
+    return " ".join(f"({i}) {p.size}" for i, p in enumerate(c.parts, 1))
+
+
 def claim_box(number: int) -> str:
-    """The head of a claim's section: the card's words, the verdict, the
-    correct statement and where it is proved (MyST Markdown)."""
+    """The head of a claim's section: the card's words, the verdict, the size of
+    the discrepancy, the correct statement and where it is proved (MyST Markdown)."""
     c = claim(number)
     return (f"> **The card:** {_says(c)}\n>\n"
             f"> **Verdict:** {_verdict_words(c)}.\n>\n"
+            f"> **How large:** {_sizes(c)}\n>\n"
             f"> **Correct statement:** {c.correct}\n>\n"
             f"> **Settled in** {_settled_by(c)}.")
+
+
+def scale_list() -> str:
+    """The verdict scale :data:`SCALE` as a MyST bullet list, best to worst."""
+    return "\n".join(f"- **{v}**: {SCALE[v]}" for v in VERDICTS)
 
 
 def traps(lang: str = "en", claims: tuple[Claim, ...] = CLAIMS) -> str:
     """The review sheets' list of traps, one line per claim (MyST Markdown).
 
+    Each line quotes the card, numbering its parts where they get different
+    verdicts, gives each part's verdict, then the trap in one sentence and a
+    link to the claim's section of the audit. The Chinese line quotes the
+    card in Chinese and uses full-width punctuation.
+
     Parameters
     ----------
     lang : {"en", "zh"}
+    claims : tuple of Claim, default :data:`CLAIMS`
     """
     if lang not in _VERDICT_WORDS:
         raise ValueError(f"lang must be one of {sorted(_VERDICT_WORDS)}; got {lang!r}")
-    colon = "：" if lang == "zh" else ": "
-    return "\n".join(f"{c.number}. {_verdict_words(c, lang)}{colon}{c.trap[lang]} "
-                     f"({{ref}}`{'→' if lang == 'en' else '详见'} <{section_label(c.number)}>`)"
-                     for c in claims)
+    if not claims or not all(isinstance(c, Claim) for c in claims):
+        raise TypeError("claims must be a non-empty sequence of Claim")
+    card_zh = {  # the card's claims in Chinese, part by part
+        1: (r"softmax 雅可比矩阵 $\diag(p) - pp^\top$ 的谱范数以 1 为上界。",),
+        2: (r"softmax 在 $\ell_\infty$ 下的 Lipschitz 常数恰好为 1，",
+            r"在 $\ell_2$ 下至多为 $\sqrt N$。"),
+        3: (r"不做 $1/\sqrt d$ 缩放时，softmax 输入的方差随 $d$ 增长，",
+            r"因此雅可比矩阵迅速饱和、趋于 0（梯度消失）。"),
+        4: (r"没有残差连接时，纯自注意力层的堆叠会使所有 token 向量指数收敛到同一个向量"
+            r"（秩崩溃）。",),
+        5: (r"Pre-LN 在初始化时提供恒定的梯度范数，", r"因此不用预热也能稳定训练。"),
+        6: (r"用幂迭代做谱归一化，可以约束 $\sigma_{\max}(W) \le 1$。",),
+        7: (r"自注意力满足 $L_{\text{attn}} \le C\|W_V\|_2\bigl(1 + {}$"
+            r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$。",
+            r"谱归一化加上 $1/\sqrt d$ 缩放，是深层 Transformer 避免梯度爆炸和秩崩溃的"
+            r"充分必要保证。"),
+        8: (r"没有 Lipschitz 控制时，微小的输入误差会在数百层中指数发散。",
+            r"Lipschitz 上界是残差缩放和层归一化的理论基础。"),
+    }
+    words = _VERDICT_WORDS[lang]
+    lines = []
+    for c in claims:
+        link = section_label(c.number)
+        if lang == "en":
+            says = " ".join(f"({i}) {p.says}" if len(c.parts) > 1 else p.says
+                            for i, p in enumerate(c.parts, 1))
+            verdict = _verdict_words(c, lang)
+            lines.append(f"{c.number}. The card: “{says}” Verdict: {verdict}. "
+                         f"{c.trap['en']} ({{ref}}`→ <{link}>`)")
+        else:
+            parts = card_zh[c.number]
+            if len(parts) != len(c.parts):
+                raise ValueError(f"claim {c.number}: the Chinese card has {len(parts)} parts, "
+                                 f"the claim {len(c.parts)}")
+            if len(parts) == 1:
+                says, verdict = parts[0], f"**{words[c.parts[0].verdict]}**"
+            else:
+                says = "".join(f"（{i}）{s}" for i, s in enumerate(parts, 1))
+                verdict = "；".join(f"（{i}）**{words[p.verdict]}**"
+                                   for i, p in enumerate(c.parts, 1))
+            lines.append(f"{c.number}. 卡片：“{says}”判定：{verdict}。"
+                         f"{c.trap['zh']}（{{ref}}`证据 <{link}>`）")
+    return "\n".join(lines)
 
 
-def interview_answer(path: str | Path) -> str:
-    """A chapter's five-line interview answer, read from its MyST source.
+def interview_answer(chapter: str | Path, lang: str = "en",
+                     parts: tuple[str, ...] = interview.PARTS) -> str:
+    """A chapter's interview answer in one language, as MyST Markdown.
+
+    The answers live in one bilingual source per chapter
+    (``chapters/interview/<chapter>.yml``); this renders one of them with
+    :func:`lipattn.interview.answer`, so the chapter's own section and both
+    review sheets show the same text.
 
     Parameters
     ----------
-    path : str or Path
-        The chapter's ``.md`` file. Its section ``## Interview answer`` must
-        start with a block quote (lines beginning with ``>``).
+    chapter : str or Path
+        The chapter, e.g. ``"01_softmax_jacobian"`` or its ``.md`` file.
+    lang : {"en", "zh"}
+    parts : tuple of str, default all of :data:`lipattn.interview.PARTS`
 
     Returns
     -------
     str
-        The block quote, as MyST Markdown (one ``>`` line per spoken line).
+        The spoken answer, the five points, the whiteboard line, the
+        follow-ups and the names, each led by a bold label.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"path must name a chapter file; got {path}")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    try:
-        start = lines.index("## Interview answer") + 1
-    except ValueError:
-        raise ValueError(f"path must have a '## Interview answer' section; got {path}") from None
-    while start < len(lines) and not lines[start].strip():
-        start += 1
-    quote = []
-    for line in lines[start:]:
-        if not line.startswith(">"):
-            break
-        quote.append(line)
-    if not quote:
-        raise ValueError(f"{path}: the interview answer must be a block quote")
-    text = "\n".join(quote)
-    if "{glue" in text:
-        raise ValueError(f"{path}: the interview answer must not use glued values")
-    return text
+    if isinstance(chapter, Path):
+        chapter = chapter.stem
+    return interview.answer(chapter, lang, parts)

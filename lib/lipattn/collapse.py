@@ -31,7 +31,15 @@ from typing import Any
 import mpmath as mp
 import numpy as np
 
-from ._validate import as_bool, as_int_at_least, as_positive_float, as_real_array
+from ._validate import (
+    as_bool,
+    as_count,
+    as_positive_float,
+    as_real_array,
+    as_seed,
+    safe_product,
+    scale_of,
+)
 from .attention import attention_matrix, check_attention_args
 
 __all__ = [
@@ -49,12 +57,39 @@ __all__ = [
 ]
 
 
-def spectral_2norm(A: np.ndarray) -> np.ndarray:
-    """Largest singular value of each matrix in ``A`` (shape (..., m, k)), from the
-    largest eigenvalue of the smaller Gram matrix (fast and accurate for the top one)."""
-    A = np.asarray(A, dtype=float)
+def spectral_2norm(A: Any) -> np.ndarray:
+    """Largest singular value of each matrix in ``A``, exact up to rounding.
+
+    From the largest eigenvalue of the smaller Gram matrix (fast, and accurate for
+    the top singular value), computed on each matrix divided by its largest
+    entry, so that no finite input overflows or underflows:
+    ``spectral_2norm(c * A) == c * spectral_2norm(A)`` up to rounding.
+
+    Parameters
+    ----------
+    A : array_like, shape (..., m, k)
+        Finite.
+
+    Returns
+    -------
+    ndarray, shape (...)
+        0-d for a single matrix.
+    """
+    A = as_real_array(A, "A", min_ndim=2)
+    return _top_singular_value(A)
+
+
+def _top_singular_value(A: np.ndarray) -> np.ndarray:
+    """:func:`spectral_2norm` without validation; raises if the result overflows."""
+    c = scale_of(A, axis=(-2, -1), keepdims=True)
+    A = A / c
     G = A @ np.swapaxes(A, -1, -2) if A.shape[-2] <= A.shape[-1] else np.swapaxes(A, -1, -2) @ A
-    return np.sqrt(np.maximum(np.linalg.eigvalsh(G)[..., -1], 0.0))
+    s = np.sqrt(np.maximum(np.linalg.eigvalsh(G)[..., -1], 0.0))
+    with np.errstate(over="ignore"):
+        out = s * c[..., 0, 0]
+    if not np.all(np.isfinite(out)):
+        raise ValueError("A must have a spectral norm representable in float64; it overflows")
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -112,9 +147,16 @@ def diameter(X: Any) -> np.ndarray:
     ndarray, shape (...)
     """
     X = as_real_array(X, "X", min_ndim=2)
-    R = X - X.mean(axis=-2, keepdims=True)
+    # Divided by the largest entry, so that the squared distances cannot overflow.
+    c = scale_of(X, axis=(-2, -1), keepdims=True)
+    R = X / c
+    R = R - R.mean(axis=-2, keepdims=True)
     diff = R[..., :, None, :] - R[..., None, :, :]
-    return np.sqrt(np.max(np.sum(diff * diff, axis=-1), axis=(-2, -1)))
+    with np.errstate(over="ignore"):
+        out = c[..., 0, 0] * np.sqrt(np.max(np.sum(diff * diff, axis=-1), axis=(-2, -1)))
+    if not np.all(np.isfinite(out)):
+        raise ValueError("X must have a diameter representable in float64; it overflows")
+    return out
 
 
 def dobrushin(P: Any) -> np.ndarray:
@@ -126,7 +168,7 @@ def dobrushin(P: Any) -> np.ndarray:
     Parameters
     ----------
     P : array_like, shape (..., N, N)
-        Rows are probability vectors (not checked beyond finiteness).
+        Row-stochastic: non-negative entries, each row summing to 1 within 1e-6.
 
     Returns
     -------
@@ -135,6 +177,11 @@ def dobrushin(P: Any) -> np.ndarray:
     P = as_real_array(P, "P", min_ndim=2)
     if P.shape[-1] != P.shape[-2]:
         raise ValueError(f"P must have shape (..., N, N); got shape {P.shape}")
+    sums = P.sum(axis=-1)
+    if np.any(P < 0) or np.any(np.abs(sums - 1.0) > 1e-6):
+        raise ValueError("P must be row-stochastic (non-negative rows summing to 1 within "
+                         f"1e-6); got row sums in [{sums.min():.6g}, {sums.max():.6g}] and "
+                         f"smallest entry {P.min():.6g}")
     diff = np.abs(P[..., :, None, :] - P[..., None, :, :]).sum(axis=-1)
     return 0.5 * diff.max(axis=(-2, -1))
 
@@ -154,10 +201,15 @@ def cubic_constant(W_Q: Any, W_K: Any, W_V: Any) -> float:
     -------
     float
     """
-    _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, np.shape(W_Q)[0])), W_Q, W_K, W_V)
-    a = spectral_2norm(W_Q @ W_K.T)
-    v = spectral_2norm(W_V)
-    return float(a * v / (2.0 * math.sqrt(W_Q.shape[1])))
+    W_Q = as_real_array(W_Q, "W_Q", ndim=2)
+    _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
+    # ||W_Q W_K^T|| and ||W_V|| from the weights divided by their largest entries,
+    # so that the product W_Q W_K^T neither overflows nor underflows.
+    q, k = scale_of(W_Q), scale_of(W_K)
+    a = float(_top_singular_value((W_Q / q) @ (W_K / k).T))
+    v = float(_top_singular_value(W_V))
+    return safe_product(q, k, a, v, 1.0 / (2.0 * math.sqrt(W_Q.shape[1])),
+                        name="W_Q, W_K, W_V", what="a cubic constant")
 
 
 def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
@@ -177,10 +229,22 @@ def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
     -------
     ndarray, shape (..., N, d_v)
     """
-    R, W_Q, W_K, W_V = check_attention_args(R, W_Q, W_K, W_V)
+    R, W_Q, W_K, W_V = check_attention_args(R, W_Q, W_K, W_V, x_name="R")
+    # Cubic in R: computed from R, W_Q, W_K, W_V divided by their largest entries,
+    # with the scale put back once, so that no intermediate product overflows.
+    r, q, k, v = (scale_of(M) for M in (R, W_Q, W_K, W_V))
+    R = R / r
     R = R - R.mean(axis=-2, keepdims=True)
-    A = W_Q @ W_K.T / math.sqrt(W_Q.shape[1])
-    return (R @ A @ np.swapaxes(R, -1, -2) @ R @ W_V) / R.shape[-2]
+    A = (W_Q / q) @ (W_K / k).T / math.sqrt(W_Q.shape[1])
+    core = (R @ A @ np.swapaxes(R, -1, -2) @ R @ (W_V / v)) / R.shape[-2]
+    scale = safe_product(r, r, r, q, k, v, name="R, W_Q, W_K, W_V",
+                         what="a leading term")
+    with np.errstate(over="ignore"):
+        out = core * scale
+    if not np.all(np.isfinite(out)):
+        raise ValueError("R, W_Q, W_K, W_V must give a leading term representable in "
+                         "float64; it overflows")
+    return out
 
 
 def random_weights(d: int, scale: float, layers: int, seed: int = 0,
@@ -205,11 +269,14 @@ def random_weights(d: int, scale: float, layers: int, seed: int = 0,
     W_Q, W_K : ndarray, shape (layers, d, d_k)
     W_V : ndarray, shape (layers, d, d)
     """
-    d = as_int_at_least(d, "d", 1)
+    d = as_count(d, "d", 1, 10**4)
     s = as_positive_float(scale, "scale")
-    layers = as_int_at_least(layers, "layers", 1)
-    d_k = d if d_k is None else as_int_at_least(d_k, "d_k", 1)
-    rng = np.random.default_rng(seed)
+    layers = as_count(layers, "layers", 1, 10**6)
+    d_k = d if d_k is None else as_count(d_k, "d_k", 1, 10**4)
+    if layers * d * max(d, d_k) > 10**8:
+        raise ValueError(f"layers * d * max(d, d_k) must be at most 1e8 (memory); got "
+                         f"layers = {layers}, d = {d}, d_k = {d_k}")
+    rng = np.random.default_rng(as_seed(seed))
     sd = s / math.sqrt(d)
     W_Q = sd * rng.standard_normal((layers, d, d_k))
     W_K = sd * rng.standard_normal((layers, d, d_k))
@@ -243,7 +310,7 @@ def _per_layer(W: Any, name: str, layers: int, d: int) -> list[np.ndarray]:
 
 def _check_stack(X, W_Q, W_K, W_V, layers, skip, alpha, mlp):
     X = as_real_array(X, "X", min_ndim=2, ndim=2)
-    layers = as_int_at_least(layers, "layers", 0)
+    layers = as_count(layers, "layers", 0, 10**6)
     skip = as_bool(skip, "skip")
     alpha = as_positive_float(alpha, "alpha", allow_zero=True)
     n, d = X.shape
@@ -283,7 +350,12 @@ def stack_states(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: boo
         X, W_Q, W_K, W_V, layers, skip, alpha, mlp)
     Xs, Ps = [X], []
     for ell in range(layers):
-        P = attention_matrix(X, qs[ell], ks[ell])
+        try:
+            P = attention_matrix(X, qs[ell], ks[ell])
+        except ValueError:
+            raise ValueError(f"the tokens entering layer {ell + 1} give attention logits that "
+                             "overflow float64; expected X, W_Q, W_K, W_V (and mlp) that "
+                             "keep them finite") from None
         F = P @ (X @ vs[ell])
         Y = X + alpha * F if skip else F
         if m1 is not None:
@@ -380,7 +452,7 @@ def trajectory(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: bool 
     absolute = as_bool(absolute, "absolute")
     log10 = as_bool(log10, "log10")
     if dps is not None:
-        dps = as_int_at_least(dps, "dps", 15)
+        dps = as_count(dps, "dps", 15, 10**4)
     X, qs, ks, vs, m1, m2, layers, skip, alpha = _check_stack(
         X, W_Q, W_K, W_V, layers, skip, alpha, mlp)
     if dps is None:

@@ -40,6 +40,16 @@ def _prepare(x: Any, eps: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarra
     """
     x = as_real_array(x, "x", last_axis_min=2)
     e = as_positive_float(eps, "eps")
+    y, s = _ln_scaled(x, e)
+    return x, e, y, s
+
+
+def _ln_scaled(x: np.ndarray, e: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, s)`` of LayerNorm for finite rows of any size, without validation.
+
+    Computed on rows divided by their largest entry (see :func:`_prepare`);
+    keeps the dtype of ``x``.
+    """
     scale = np.max(np.abs(x), axis=-1, keepdims=True)
     scale = np.where(scale > 0, scale, 1.0)
     c_s = x / scale
@@ -48,17 +58,41 @@ def _prepare(x: Any, eps: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarra
     s = np.hypot(scale * sd_s, np.sqrt(e))
     with np.errstate(over="ignore"):  # s/scale = inf only for subnormal rows
         y = c_s / np.hypot(sd_s, np.sqrt(e) / scale)
-    return x, e, y, s
+    return y, s
 
 
 def _ln(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """Fast path for the Transformer: no validation, keeps the dtype.
 
-    Returns ``(y, 1/s)`` with ``1/s`` of shape (..., 1).
+    Returns ``(y, 1/s)`` with ``1/s`` of shape (..., 1). Rows whose squares
+    overflow (entries beyond about 1e154 in float64, 1e19 in float32) take the
+    scaled path of :func:`layer_norm`; every other row is computed as
+    ``c / sqrt(mean(c * c) + eps)``, bit for bit. A non-finite ``x`` (an
+    overflowed residual stream) raises ``ValueError``.
     """
-    c = x - x.mean(axis=-1, keepdims=True)
-    inv_s = 1.0 / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = x - x.mean(axis=-1, keepdims=True)
+        var = np.mean(c * c, axis=-1, keepdims=True)
+    if not np.all(np.isfinite(var)):  # one check per row, not per entry
+        if not np.all(np.isfinite(x)):
+            raise ValueError("params and X must keep the hidden states finite; they overflow "
+                             f"the {x.dtype} range (expected inputs and weights of moderate "
+                             "size)")
+        y, s = _ln_scaled(x, eps)
+        inv_s = (1.0 / s).astype(x.dtype, copy=False)
+        return y.astype(x.dtype, copy=False), inv_s
+    inv_s = 1.0 / np.sqrt(var + eps)
     return c * inv_s, inv_s
+
+
+def _ln_plain_bwd(dy: np.ndarray, y: np.ndarray, inv_s: np.ndarray) -> np.ndarray:
+    """J^T dy for LayerNorm without affine, y = (x - mean)/s: (dy - mean dy - y mean(dy y))/s.
+
+    The Jacobian is symmetric, so this is also J dy. Shapes broadcast over leading axes;
+    ``inv_s`` has a trailing axis of length 1.
+    """
+    return inv_s * (dy - dy.mean(axis=-1, keepdims=True)
+                    - y * np.mean(dy * y, axis=-1, keepdims=True))
 
 
 def layer_norm(x: Any, eps: float = 1e-5) -> np.ndarray:

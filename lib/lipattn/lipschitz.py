@@ -20,19 +20,31 @@ Jacobian of row i. Because :math:`J_i \mathbf 1 = 0`,
 :math:`J_i X = J_i (X - \mathbf 1 c^\top)` for every :math:`c`: only the
 *centred* tokens enter the second term.
 
+Every function takes ``mask=None | "causal" | bool (N, N)`` (True = may
+attend, :func:`lipattn.attention.as_mask`): masked logits are
+:math:`-\infty`, their probabilities exactly 0, and the formulas above hold
+unchanged. The jvp and vjp are those of
+:class:`lipattn.layers.MultiHeadAttention` with one head and no output
+projection; for query biases (they change the Jacobian; key and value biases
+do not), several heads, grouped-query attention or RoPE, use that layer with
+:func:`lipattn.layers.layer_lipschitz`, or :mod:`lipattn.models`.
+
 What is exact and what is estimated
 -----------------------------------
 - :func:`attention_jvp` and :func:`attention_vjp` are the closed forms, exact up
-  to rounding, in :math:`O(N^2 d + N d^2)` operations each; they never form the
-  Jacobian.
+  to rounding, in :math:`O(N^2 d_k + N d (d_k + d_v))` operations each; they
+  never form the Jacobian.
 - :func:`attention_jacobian` forms the dense ``(N d_v, N d)`` Jacobian from an
   entrywise formula (row-major ``vec`` on both sides), independently of the
   jvp code.
 - :func:`local_lipschitz` is the exact local constant
   :math:`\|Df(X)\|_2` (Frobenius norm on inputs and outputs): a dense SVD, or
-  Golub–Kahan–Lanczos bidiagonalisation (:func:`golub_kahan_norm`) on the
-  matrix-free operator, converged to a relative residual tolerance. (The tests
-  compare it with ``scipy.sparse.linalg.svds`` and with power iteration.)
+  Golub–Kahan–Lanczos bidiagonalisation (:func:`lipattn.lanczos.golub_kahan_norm`,
+  :func:`lipattn.jacobian_norm`) on the matrix-free operator, converged to a
+  certified relative residual tolerance or a ``ConvergenceError``, never an
+  unconverged value (see :mod:`lipattn.lanczos` for what is certified). The
+  tests compare it with dense SVDs on every small shape, with
+  ``scipy.sparse.linalg.svds`` and with power iteration.
 - :func:`local_lipschitz_bound` is the chapter's proved upper bound;
   :func:`card_bound` is the widely shared formula that the chapter audits
   (it is *not* a bound).
@@ -53,8 +65,26 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 from scipy.special import lambertw
 
-from ._validate import as_int_at_least, as_positive_float, as_real_array
-from .attention import _finite_logits, check_attention_args
+from ._validate import (
+    as_choice,
+    as_count,
+    as_int_at_least,
+    as_positive_float,
+    as_real_array,
+    safe_norm,
+    safe_product,
+    scale_of,
+)
+from .attention import _finite_logits, _masked, as_mask, check_attention_args
+from .lanczos import (
+    JacobianOperator,
+    LipschitzEstimate,
+    _check_tol,
+    _golub_kahan,
+    golub_kahan_norm,
+    jacobian_norm,
+)
+from .layers.attention import MultiHeadAttention, softmax_jvp
 from .softmax import softmax, softmax_jacobian_norm
 
 __all__ = [
@@ -63,6 +93,7 @@ __all__ = [
     "attention_vjp",
     "attention_operator",
     "golub_kahan_norm",
+    "jacobian_norm",
     "LipschitzEstimate",
     "local_lipschitz",
     "local_lipschitz_info",
@@ -92,12 +123,12 @@ DENSE_MAX_SIDE = 96
 # --------------------------------------------------------------------------
 # validation and the shared pieces
 # --------------------------------------------------------------------------
-def _check_2d(X: Any, W_Q: Any, W_K: Any, W_V: Any):
+def _check_2d(X: Any, W_Q: Any, W_K: Any, W_V: Any, mask: Any = None):
     X, W_Q, W_K, W_V = check_attention_args(X, W_Q, W_K, W_V)
     if X.ndim != 2:
         raise ValueError("X must have shape (N, d) with N >= 1 (one sequence); "
                          f"got shape {X.shape}")
-    return X, W_Q, W_K, W_V
+    return X, W_Q, W_K, W_V, as_mask(mask, X.shape[0])
 
 
 def _check_direction(E: Any, name: str, shape: tuple[int, int]) -> np.ndarray:
@@ -107,43 +138,22 @@ def _check_direction(E: Any, name: str, shape: tuple[int, int]) -> np.ndarray:
     return E
 
 
-@dataclass(frozen=True)
-class _State:
-    """Everything the jvp and vjp reuse at one input X."""
-
-    X: np.ndarray       # (N, d)
-    P: np.ndarray       # (N, N)
-    XA: np.ndarray      # (N, d), rows x_i^T A
-    XAt: np.ndarray     # (N, d), rows x_i^T A^T
-    V: np.ndarray       # (N, d_v) = X W_V
-    W_V: np.ndarray     # (d, d_v)
+def _layer(W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray, mask) -> MultiHeadAttention:
+    """The single head as a :class:`lipattn.layers.MultiHeadAttention` (no W_O, no biases)."""
+    return MultiHeadAttention(W_Q, W_K, W_V, None, n_head=1, mask=mask)
 
 
-def _state(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray) -> _State:
-    S = _finite_logits(X, W_Q, W_K)
-    A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
-    return _State(X, softmax(S, axis=-1), X @ A, X @ A.T, X @ W_V, W_V)
-
-
-def _softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
-    """Row-wise J_i dS_i: P * (dS - sum_j P dS). Also the vjp (J_i is symmetric)."""
-    return P * (dS - np.sum(P * dS, axis=-1, keepdims=True))
-
-
-def _jvp(st: _State, E: np.ndarray) -> np.ndarray:
-    dS = E @ st.XAt.T + st.XA @ E.T
-    return _softmax_jvp(st.P, dS) @ st.V + st.P @ (E @ st.W_V)
-
-
-def _vjp(st: _State, G: np.ndarray) -> np.ndarray:
-    Gs = _softmax_jvp(st.P, G @ st.V.T)
-    return st.P.T @ (G @ st.W_V.T) + Gs @ st.XAt + Gs.T @ st.XA
+def _state(X, W_Q, W_K, W_V, mask):
+    layer = _layer(W_Q, W_K, W_V, mask)
+    _, st = layer.forward(X)
+    return layer, st
 
 
 # --------------------------------------------------------------------------
 # dot-product attention: Jacobian, jvp, vjp
 # --------------------------------------------------------------------------
-def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any, *,
+                  mask: Any = None) -> np.ndarray:
     r"""The Jacobian-vector product :math:`Df(X)[E]`, in closed form.
 
     Parameters
@@ -153,6 +163,8 @@ def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         The input perturbation.
     W_Q, W_K : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    mask : None, "causal" or bool array (N, N)
+        True = query i may attend to key j (:func:`lipattn.attention.as_mask`).
 
     Returns
     -------
@@ -160,12 +172,14 @@ def attention_jvp(X: Any, E: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         :math:`P E W_V + \dot P X W_V` with :math:`\dot P` as in the module
         docstring; :math:`O(N^2 d + N d^2)` operations.
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
     E = _check_direction(E, "E", X.shape)
-    return _jvp(_state(X, W_Q, W_K, W_V), E)
+    layer, st = _state(X, W_Q, W_K, W_V, mask)
+    return layer.jvp(st, E)
 
 
-def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any, *,
+                  mask: Any = None) -> np.ndarray:
     r"""The vector-Jacobian product :math:`Df(X)^\top[G]`, in closed form.
 
     Parameters
@@ -175,6 +189,8 @@ def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         An output cotangent.
     W_Q, W_K : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    mask : None, "causal" or bool array (N, N)
+        As in :func:`attention_jvp`.
 
     Returns
     -------
@@ -183,12 +199,13 @@ def attention_vjp(X: Any, G: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         :math:`\bar S_{i,:} = J_i (G W_V^\top X^\top)_{i,:}`, so that
         :math:`\langle Df(X)[E], G\rangle = \langle E, Df(X)^\top[G]\rangle`.
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
     G = _check_direction(G, "G", (X.shape[0], W_V.shape[1]))
-    return _vjp(_state(X, W_Q, W_K, W_V), G)
+    layer, st = _state(X, W_Q, W_K, W_V, mask)
+    return layer.vjp(st, G)
 
 
-def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
+def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, mask: Any = None) -> np.ndarray:
     r"""The dense Jacobian of :math:`\operatorname{vec} f` w.r.t. :math:`\operatorname{vec} X`.
 
     Built entry by entry (not from the jvp): with :math:`V = XW_V`,
@@ -201,11 +218,16 @@ def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         \frac{\partial f_i}{\partial x_j} = P_{ij} W_V^\top
         + T_{ij}\,(A^\top x_i)^\top + \delta_{ij} \sum_k T_{ik}\,(A x_k)^\top .
 
+    With a mask, P has exact zeros at the masked entries and the formula is
+    unchanged (:math:`J_i` vanishes on their rows and columns).
+
     Parameters
     ----------
     X : array_like, shape (N, d)
     W_Q, W_K : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    mask : None, "causal" or bool array (N, N)
+        As in :func:`attention_jvp`.
 
     Returns
     -------
@@ -213,37 +235,23 @@ def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
         Row-major ``vec`` on both sides: entry ``(i * d_v + a, j * d + b)`` is
         :math:`\partial f_{ia} / \partial x_{jb}`. Memory :math:`O((Nd)^2)`.
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
-    st = _state(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
+    P = softmax(_masked(_finite_logits(X, W_Q, W_K), mask), axis=-1)
+    A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
     N, d = X.shape
     dv = W_V.shape[1]
-    m = st.P @ st.V
-    T = st.P[:, :, None] * (st.V[None, :, :] - m[:, None, :])     # (N, N, dv)
-    J = np.einsum("ija,ib->iajb", T, st.XA)
-    J += np.einsum("ij,ba->iajb", st.P, W_V)
-    diag = np.einsum("ika,kb->iab", T, st.XAt)                  # (N, dv, d)
+    V = X @ W_V
+    m = P @ V
+    T = P[:, :, None] * (V[None, :, :] - m[:, None, :])     # (N, N, dv)
+    J = np.einsum("ija,ib->iajb", T, X @ A)
+    J += np.einsum("ij,ba->iajb", P, W_V)
+    diag = np.einsum("ika,kb->iab", T, X @ A.T)                  # (N, dv, d)
     J[np.arange(N), :, np.arange(N), :] += diag
     return J.reshape(N * dv, N * d)
 
 
-class _CountingOperator(LinearOperator):
-    """A LinearOperator from a jvp and a vjp that counts its products."""
-
-    def __init__(self, shape: tuple[int, int], in_shape, out_shape, jvp, vjp) -> None:
-        super().__init__(dtype=np.float64, shape=shape)
-        self._in, self._out, self._jvp, self._vjp = in_shape, out_shape, jvp, vjp
-        self.products = 0
-
-    def _matvec(self, v):
-        self.products += 1
-        return self._jvp(np.asarray(v, dtype=float).reshape(self._in)).reshape(-1)
-
-    def _rmatvec(self, u):
-        self.products += 1
-        return self._vjp(np.asarray(u, dtype=float).reshape(self._out)).reshape(-1)
-
-
-def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> LinearOperator:
+def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any, *,
+                       mask: Any = None) -> LinearOperator:
     r"""The Jacobian :math:`Df(X)` as a matrix-free ``LinearOperator``.
 
     Parameters
@@ -251,138 +259,62 @@ def attention_operator(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> LinearOperator:
     X : array_like, shape (N, d)
     W_Q, W_K : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    mask : None, "causal" or bool array (N, N)
+        As in :func:`attention_jvp`.
 
     Returns
     -------
     LinearOperator, shape (N * d_v, N * d)
         ``matvec`` is :func:`attention_jvp` and ``rmatvec`` is
         :func:`attention_vjp` on row-major ``vec``'s; the softmax and the
-        products :math:`XA`, :math:`XA^\top`, :math:`XW_V` are computed once.
+        products :math:`XW_Q`, :math:`XW_K`, :math:`XW_V` are computed once.
         Its attribute ``products`` counts the jvp's and vjp's applied.
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
-    st = _state(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
+    layer, st = _state(X, W_Q, W_K, W_V, mask)
     N, d = X.shape
     dv = W_V.shape[1]
-    return _CountingOperator((N * dv, N * d), (N, d), (N, dv),
-                             lambda E: _jvp(st, E), lambda G: _vjp(st, G))
+    return JacobianOperator(lambda E: layer.jvp(st, E), lambda G: layer.vjp(st, G),
+                            (N, d), (N, dv))
 
 
 # --------------------------------------------------------------------------
 # exact local constants
 # --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LipschitzEstimate:
-    """An exact local Lipschitz constant and how it was computed.
-
-    Attributes
-    ----------
-    value : float
-        :math:`\\|Df(X)\\|_2`.
-    method : str
-        ``"dense"`` or ``"lanczos"``.
-    products : int
-        Jacobian-vector plus vector-Jacobian products used (0 for dense).
-    """
-
-    value: float
-    method: str
-    products: int
-
-
 def _check_method(method: Any) -> str:
     if method not in ("auto", "dense", "lanczos"):
         raise ValueError(f"method must be 'auto', 'dense' or 'lanczos'; got {method!r}")
     return method
 
 
-def golub_kahan_norm(op: LinearOperator, tol: float = 1e-10, seed: int = 0,
-                     max_steps: int | None = None) -> tuple[float, int]:
-    r"""Largest singular value of a LinearOperator by Golub–Kahan–Lanczos bidiagonalisation.
-
-    Builds orthonormal bases with :math:`A V_k = U_k B_k` and
-    :math:`A^\top U_k = V_k B_k^\top + \beta_{k+1} v_{k+1} e_k^\top`
-    (full reorthogonalisation), and stops when the top Ritz triplet
-    :math:`(\sigma, u, v)` of the bidiagonal :math:`B_k` has residual
-    :math:`\|A^\top u - \sigma v\| = \beta_{k+1}|x_k| \le \text{tol}\cdot\sigma`
-    (then a singular value of A lies within tol·σ of σ). The Ritz value never
-    exceeds :math:`\sigma_1(A)`.
-
-    Parameters
-    ----------
-    op : LinearOperator, shape (m, n)
-    tol : float
-        Relative residual tolerance, > 0.
-    seed : int
-        Seed of the random starting vector.
-    max_steps : int, optional
-        At most this many steps (default ``min(m, n)``).
-
-    Returns
-    -------
-    sigma : float
-    products : int
-        Products with A and A^T (two per step).
-    """
-    tol = as_positive_float(tol, "tol")
-    m, n = op.shape
-    steps = min(m, n) if max_steps is None else min(as_int_at_least(max_steps, "max_steps", 1),
-                                                    min(m, n))
-    v = np.random.default_rng(seed).standard_normal(n)
-    V, U = [v / np.linalg.norm(v)], []
-    alphas, betas = [], []
-    products, sigma = 0, 0.0
-    for k in range(steps):
-        u = np.asarray(op.matvec(V[-1]), dtype=float).reshape(m)
-        products += 1
-        if U:
-            u -= betas[-1] * U[-1]
-            Um = np.array(U)
-            u -= Um.T @ (Um @ u)
-        alpha = float(np.linalg.norm(u))
-        if not np.isfinite(alpha):
-            raise ValueError("op became non-finite; expected a finite operator")
-        if alpha == 0.0:
-            break
-        U.append(u / alpha)
-        alphas.append(alpha)
-        w = np.asarray(op.rmatvec(U[-1]), dtype=float).reshape(n) - alpha * V[-1]
-        products += 1
-        Vm = np.array(V)
-        w -= Vm.T @ (Vm @ w)
-        beta = float(np.linalg.norm(w))
-        B = np.diag(alphas) + np.diag(betas, 1)
-        X_, s_, _ = np.linalg.svd(B)
-        sigma = float(s_[0])
-        if beta * abs(X_[-1, 0]) <= tol * sigma or beta == 0.0 or k == steps - 1:
-            break
-        betas.append(beta)
-        V.append(w / beta)
-    return sigma, products
-
-
 def _exact_norm(dense_fn, op_fn, side: int, method: str, tol: float) -> LipschitzEstimate:
+    """Dense SVD or Golub-Kahan-Lanczos (which raises rather than return unconverged)."""
     if method == "auto":
         method = "dense" if side <= DENSE_MAX_SIDE else "lanczos"
     if method == "dense":
         return LipschitzEstimate(float(np.linalg.norm(dense_fn(), 2)), "dense", 0)
-    value, products = golub_kahan_norm(op_fn(), tol=tol)
-    return LipschitzEstimate(value, "lanczos", products)
+    return _golub_kahan(op_fn(), tol, 0, None)
 
 
 def local_lipschitz_info(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto",
-                         tol: float = 1e-10) -> LipschitzEstimate:
+                         tol: float = 1e-10, mask: Any = None) -> LipschitzEstimate:
     """:func:`local_lipschitz` with the method used and the number of products."""
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
     method = _check_method(method)
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     side = X.shape[0] * max(X.shape[1], W_V.shape[1])
-    return _exact_norm(lambda: attention_jacobian(X, W_Q, W_K, W_V),
-                       lambda: attention_operator(X, W_Q, W_K, W_V), side, method, tol)
+    if method == "auto":
+        method = "dense" if side <= DENSE_MAX_SIDE else "lanczos"
+    if method == "dense":
+        J = attention_jacobian(X, W_Q, W_K, W_V, mask=mask)
+        return LipschitzEstimate(float(np.linalg.norm(J, 2)), "dense", 0)
+    layer, st = _state(X, W_Q, W_K, W_V, mask)
+    return jacobian_norm(lambda E: layer.jvp(st, E), lambda G: layer.vjp(st, G), X.shape,
+                         out_shape=(X.shape[0], W_V.shape[1]), tol=tol)
 
 
 def local_lipschitz(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto",
-                    tol: float = 1e-10) -> float:
+                    tol: float = 1e-10, mask: Any = None) -> float:
     r"""The exact local Lipschitz constant :math:`\|Df(X)\|_2` of self-attention at X.
 
     Frobenius (ℓ2 of ``vec``) norms on inputs and outputs; by the mean-value
@@ -400,13 +332,18 @@ def local_lipschitz(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, method: str = "auto
         :math:`O(N^2 d + N d^2)` each. ``"auto"``: dense when
         ``N * max(d, d_v) <= 96`` (measured crossover on 2 cores: about 100).
     tol : float
-        Relative tolerance of the Lanczos path.
+        Relative tolerance of the Lanczos path, in [1e-14, 1): the value is
+        exact up to that relative residual (:mod:`lipattn.lanczos`), or a
+        :class:`lipattn.lanczos.ConvergenceError` is raised; never an
+        unconverged value.
+    mask : None, "causal" or bool array (N, N)
+        As in :func:`attention_jvp`.
 
     Returns
     -------
     float
     """
-    return local_lipschitz_info(X, W_Q, W_K, W_V, method=method, tol=tol).value
+    return local_lipschitz_info(X, W_Q, W_K, W_V, method=method, tol=tol, mask=mask).value
 
 
 # --------------------------------------------------------------------------
@@ -437,18 +374,28 @@ class BoundTerms:
 
 def local_lipschitz_bound_terms(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> BoundTerms:
     r"""The terms of the chapter's local bound (see :func:`local_lipschitz_bound`)."""
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, _ = _check_2d(X, W_Q, W_K, W_V)
     S = _finite_logits(X, W_Q, W_K)
     P = softmax(S, axis=-1)
-    A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
+    # X = x Xs and A = a As with Xs, As of order 1, so that the squares of the
+    # keys term and the variances neither overflow nor underflow.
+    x, q, k = scale_of(X), scale_of(W_Q), scale_of(W_K)
+    Xs = X / x
+    As = ((W_Q / q) @ (W_K / k).T) / math.sqrt(W_Q.shape[1])
     nv = float(np.linalg.norm(W_V, 2))
-    na = float(np.linalg.norm(A, 2))
-    v = _weighted_variance(P, X)
+    na = float(np.linalg.norm(As, 2))
+    v = _weighted_variance(P, Xs)
     jn = softmax_jacobian_norm(S)
     p_norm = math.sqrt(float(np.max(P.sum(axis=0))) * float(np.max(P.sum(axis=1))))
-    keys = math.sqrt(float(np.sum(np.sum((X @ A) ** 2, axis=1) * jn * v)))
-    terms = (nv * p_norm, nv * na * float(np.max(v)), nv * keys)
-    return BoundTerms(*terms, total=float(sum(terms)))
+    keys = float(safe_norm(safe_norm(Xs @ As, axis=1) * np.sqrt(jn * v)))
+    name, what = "X, W_Q, W_K, W_V", "a local bound"
+    terms = (nv * p_norm,
+             safe_product(nv, na, q, k, x, x, float(np.max(v)), name=name, what=what),
+             safe_product(nv, keys, q, k, x, x, name=name, what=what))
+    total = math.fsum(terms)
+    if not math.isfinite(total):
+        raise ValueError(f"{name} must give {what} representable in float64; it overflows")
+    return BoundTerms(*terms, total=total)
 
 
 def _weighted_variance(P: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -496,7 +443,18 @@ def ball_lipschitz_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any) -> floa
     .. math::
 
         \|W_V\|_2 \Bigl(\min\bigl(\sqrt N, e^{a R^2}\bigr) + a R^2
-        \bigl(1 + \sqrt{N/2}\bigr)\Bigr), \qquad a = \|W_Q W_K^\top\|_2/\sqrt{d_k}.
+        \bigl(1 + \min\bigl(\sqrt{N/2}, e^{a R^2}\bigr)\bigr)\Bigr),
+        \qquad a = \|W_Q W_K^\top\|_2/\sqrt{d_k}.
+
+    Proved in Chapter 6 (``thm-local-bound``): the three terms bound the
+    value, query and key pieces of the Jacobian. The key piece is at most
+    :math:`\|W_V\|_2\, aR^2 \sqrt{N/2}` (Cauchy-Schwarz over the rows, with
+    :math:`\|J_i\|_2 \le \frac12`) and at most
+    :math:`\|W_V\|_2\, aR^2 \sqrt{\|P\|_1} \le \|W_V\|_2\, aR^2 e^{aR^2}`
+    (Cauchy-Schwarz with the weights :math:`P_{ik}`), so at a fixed radius
+    the bound stops growing with N once :math:`N > 2e^{2aR^2}`. Exact
+    arithmetic on the norms (two dense 2-norms); the ``min`` is taken in log
+    space, so the value is finite whenever it is representable.
 
     Parameters
     ----------
@@ -510,15 +468,33 @@ def ball_lipschitz_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any) -> floa
     Returns
     -------
     float
-        Finite for finite inputs (``min`` is taken in log space).
+        Finite; ``||W_V||_2`` when :math:`W_Q W_K^\top = 0`.
+
+    Raises
+    ------
+    ValueError
+        If :math:`aR^2` or the bound exceeds the float64 range (the bound
+        is then not representable; it is finite only in exact arithmetic).
     """
     R = as_positive_float(R, "R")
     N = as_int_at_least(N, "N", 1)
     W_Q = as_real_array(W_Q, "W_Q", ndim=2)
     _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
     a = float(np.linalg.norm(W_Q @ W_K.T, 2)) / math.sqrt(W_Q.shape[1])
-    p_term = math.sqrt(N) if a * R * R >= 0.5 * math.log(N) else math.exp(a * R * R)
-    return float(np.linalg.norm(W_V, 2)) * (p_term + a * R * R * (1 + math.sqrt(N / 2)))
+    nv = float(np.linalg.norm(W_V, 2))
+    if a == 0.0 or nv == 0.0:  # a = 0: P is uniform, f(X) = (11^T/N) X W_V
+        return nv
+    log_s = math.log(a) + 2.0 * math.log(R)  # log(a R^2), finite for any float R
+    if log_s > math.log(np.finfo(float).max):
+        raise ValueError(f"R is too large: a R^2 = exp({log_s:.1f}) overflows float64, "
+                         "so the ball bound is not representable")
+    s = math.exp(log_s)
+    p_term = math.exp(min(0.5 * math.log(N), s))
+    key = math.exp(min(0.5 * math.log(N / 2), s))
+    out = nv * (p_term + s * (1.0 + key))
+    if not math.isfinite(out):
+        raise ValueError(f"R is too large: the ball bound overflows float64 (a R^2 = {s:.3g})")
+    return out
 
 
 def card_bound(X: Any, W_Q: Any, W_K: Any, W_V: Any, C: float = 1.0) -> float:
@@ -541,10 +517,12 @@ def card_bound(X: Any, W_Q: Any, W_K: Any, W_V: Any, C: float = 1.0) -> float:
     -------
     float
     """
-    X, W_Q, W_K, W_V = _check_2d(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V, _ = _check_2d(X, W_Q, W_K, W_V)
     C = as_positive_float(C, "C")
-    nq, nk, nv = (float(np.linalg.norm(W, 2)) for W in (W_Q, W_K, W_V))
-    return C * nv * (1 + 2 / math.sqrt(W_Q.shape[1]) * nq * nk * float(np.linalg.norm(X, 2)))
+    nq, nk, nv, nx = (float(np.linalg.norm(W, 2)) for W in (W_Q, W_K, W_V, X))
+    name, what = "X, W_Q, W_K, W_V and C", "a card formula"
+    inner = 1.0 + safe_product(2.0 / math.sqrt(W_Q.shape[1]), nq, nk, nx, name=name, what=what)
+    return safe_product(C, nv, inner, name=name, what=what)
 
 
 # --------------------------------------------------------------------------
@@ -556,10 +534,11 @@ def _check_l2(X: Any, W_Q: Any, W_V: Any):
 
 
 def _l2_logits(X: np.ndarray, W_Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    Q = X @ W_Q
-    n = np.sum(Q * Q, axis=-1)
-    S = -(n[..., :, None] + n[..., None, :] - 2 * Q @ np.swapaxes(Q, -1, -2))
-    S = np.minimum(S, 0.0) / math.sqrt(W_Q.shape[1])   # ||q_i - q_j||^2 >= 0
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below
+        Q = X @ W_Q
+        n = np.sum(Q * Q, axis=-1)
+        S = -(n[..., :, None] + n[..., None, :] - 2 * Q @ np.swapaxes(Q, -1, -2))
+        S = np.minimum(S, 0.0) / math.sqrt(W_Q.shape[1])   # ||q_i - q_j||^2 >= 0
     if not np.all(np.isfinite(S)):
         raise ValueError("X and W_Q give L2 logits that overflow float64; "
                          "expected logits of finite size")
@@ -622,11 +601,11 @@ def _l2_jvp(st: _L2State, E: np.ndarray) -> np.ndarray:
     dQ = E @ st.W_Q
     dn = 2 * np.sum(st.Q * dQ, axis=-1)
     dS = -st.c * (dn[:, None] + dn[None, :] - 2 * (dQ @ st.Q.T + st.Q @ dQ.T))
-    return _softmax_jvp(st.P, dS) @ st.XM + st.P @ (E @ st.M)
+    return softmax_jvp(st.P, dS) @ st.XM + st.P @ (E @ st.M)
 
 
 def _l2_vjp(st: _L2State, G: np.ndarray) -> np.ndarray:
-    Gs = _softmax_jvp(st.P, G @ st.XM.T)
+    Gs = softmax_jvp(st.P, G @ st.XM.T)
     r = Gs.sum(axis=1) + Gs.sum(axis=0)
     gQ = st.c * (2 * (Gs + Gs.T) @ st.Q - 2 * r[:, None] * st.Q)
     return gQ @ st.W_Q.T + st.P.T @ (G @ st.M.T)
@@ -661,8 +640,7 @@ def l2_attention_operator(X: Any, W_Q: Any, W_V: Any) -> LinearOperator:
     st = _l2_state(X, W_Q, W_V)
     N, d = X.shape
     dv = W_V.shape[1]
-    return _CountingOperator((N * dv, N * d), (N, d), (N, dv),
-                             lambda E: _l2_jvp(st, E), lambda G: _l2_vjp(st, G))
+    return JacobianOperator(lambda E: _l2_jvp(st, E), lambda G: _l2_vjp(st, G), (N, d), (N, dv))
 
 
 def l2_attention_jacobian(X: Any, W_Q: Any, W_V: Any) -> np.ndarray:
@@ -683,7 +661,7 @@ def l2_local_lipschitz(X: Any, W_Q: Any, W_V: Any, *, method: str = "auto",
     method : {"auto", "dense", "lanczos"}
         As in :func:`local_lipschitz`.
     tol : float
-        Relative tolerance of the Lanczos path.
+        Relative tolerance of the Lanczos path, in [1e-15, 0.5].
 
     Returns
     -------
@@ -693,23 +671,28 @@ def l2_local_lipschitz(X: Any, W_Q: Any, W_V: Any, *, method: str = "auto",
     if X.ndim != 2:
         raise ValueError(f"X must have shape (N, d); got shape {X.shape}")
     method = _check_method(method)
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     side = X.shape[0] * max(X.shape[1], W_V.shape[1])
     return _exact_norm(lambda: l2_attention_jacobian(X, W_Q, W_V),
                        lambda: l2_attention_operator(X, W_Q, W_V), side, method, tol).value
 
 
-def kim_l2_bound(N: int, W_Q: Any, W_V: Any) -> float:
-    r"""The single-head ℓ2 bound for L2 self-attention in the form of Kim et al. (2021).
+def kim_l2_bound(N: int, W_Q: Any, W_V: Any, *, form: str = "exact") -> float:
+    r"""The single-head ℓ2 bound for L2 self-attention of Kim et al. (2021).
 
     .. math::
 
-        \frac{\sqrt N}{\sqrt{d_k}}\,\bigl(4 W_0(N/e) + 1\bigr)\,
-        \|W_Q\|_2^2\, \|W_V\|_2 ,
+        \frac{\sqrt N}{\sqrt{d_k}}\,\bigl(4\,\phi^{-1}(N-1) + 1\bigr)\,
+        \|W_Q\|_2^2\, \|W_V\|_2 , \qquad \phi(x) = x e^{x+1},
 
-    with :math:`W_0` the principal Lambert function (:math:`W_0(N/e) = \phi^{-1}(N-1)`
-    for :math:`\phi(x) = x e^{x+1}`), growing like :math:`\sqrt N \log N`. A
-    global bound: it does not depend on X.
+    for :func:`l2_self_attention` (value map :math:`W_Q W_Q^\top W_V/\sqrt{d_k}`),
+    growing like :math:`\sqrt N \log N`. A global bound: it does not depend on X.
+    The exact inverse is :math:`\phi^{-1}(N-1) = W_0((N-1)/e)` with :math:`W_0`
+    the principal Lambert function (:func:`kim_phi_inverse`). The paper's text,
+    as its public implementations quote it, replaces it by :math:`W_0(N/e)`,
+    which is :math:`\phi^{-1}(N)`: 66 % larger than :math:`\phi^{-1}(N-1)` at N = 2,
+    so the printed bound is still a bound, 35 % above the exact form at N = 2
+    and under 0.1 % above it at N = 256. For several heads see :func:`kim_l2_mha_bound`.
 
     Parameters
     ----------
@@ -717,6 +700,8 @@ def kim_l2_bound(N: int, W_Q: Any, W_V: Any) -> float:
         Number of tokens, >= 1.
     W_Q : array_like, shape (d, d_k)
     W_V : array_like, shape (d, d_v)
+    form : {"exact", "printed"}
+        ``"exact"``: :math:`W_0((N-1)/e)`; ``"printed"``: :math:`W_0(N/e)`.
 
     Returns
     -------
@@ -728,9 +713,7 @@ def kim_l2_bound(N: int, W_Q: Any, W_V: Any) -> float:
     if W_V.shape[0] != W_Q.shape[0]:
         raise ValueError(f"W_V must have shape (d, d_v) = ({W_Q.shape[0]}, d_v); "
                          f"got shape {W_V.shape}")
-    w0 = float(lambertw(N / math.e).real)
-    nq = float(np.linalg.norm(W_Q, 2))
-    return math.sqrt(N / W_Q.shape[1]) * (4 * w0 + 1) * nq * nq * float(np.linalg.norm(W_V, 2))
+    return kim_l2_mha_bound(N, W_Q[None], W_V[None], np.eye(W_V.shape[1]), form=form)
 
 
 # --------------------------------------------------------------------------
@@ -745,13 +728,18 @@ class SublayerConstants:
     exact, bound, card : ndarray, shape (L, B)
         :func:`local_lipschitz`, :func:`local_lipschitz_bound` and
         :func:`card_bound` (C = 1) of layer l's sublayer at its input for
-        sequence b, with value matrix :math:`W_V W_O`.
+        sequence b, with value matrix :math:`W_V W_O`. With several heads,
+        ``exact`` is the constant of the whole multi-head sublayer and
+        ``bound`` and ``card`` are the sums over heads (head i with value
+        matrix :math:`W_V^{(i)} W_O^{(i)}`): ``bound`` is still an upper bound
+        (triangle inequality), though the sum of the heads' exact constants
+        can be far above ``exact``.
     value_norm : ndarray, shape (L,)
         :math:`\\|W_V W_O\\|_2`, the constant of the sublayer if P were frozen
         at a permutation.
     top_weight : ndarray, shape (L, B)
-        Mean over queries of :math:`\\max_j P_{ij}`: 1 when every query puts all
-        its weight on one key, 1/N for uniform attention.
+        Mean over queries (and heads) of :math:`\\max_j P_{ij}`: 1 when every
+        query puts all its weight on one key, 1/N for uniform attention.
     radius : ndarray, shape (L, B)
         Largest token norm :math:`\\max_i \\|h_i\\|` of the sublayer's input.
     """
@@ -766,20 +754,22 @@ class SublayerConstants:
 
 def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float = 1.0,
                        tol: float = 1e-8) -> SublayerConstants:
-    r"""Exact local constants of a single-head model's attention sublayers.
+    r"""Exact local constants of a model's attention sublayers.
 
     Layer l's sublayer maps its input H (:func:`lipattn.transformer.attention_inputs`:
     after :math:`\mathrm{LN}_1` in Pre-LN, the residual stream in Post-LN) to
     :math:`\operatorname{softmax}(H W_Q (H W_K)^\top/\sqrt{d_k})\, H W_V W_O + b_O`,
     which is the chapter's f with value matrix :math:`W_V W_O` (the bias does not
-    change the Jacobian). The constant is w.r.t. H, not w.r.t. the layer's input.
-    Computed in float64 with the matrix-free method.
+    change the Jacobian). With h heads it is the sum of h such maps, one per
+    head (:class:`lipattn.layers.MultiHeadAttention`, each head at its size
+    d/h), and ``exact`` is the constant of the sum. The constant is w.r.t. H,
+    not w.r.t. the layer's input. Computed in float64 with the matrix-free
+    method.
 
     Parameters
     ----------
     params : list of dict
-        A :mod:`lipattn.transformer` model without run axes, ``heads == 1`` in
-        every layer (with h heads the sublayer is a sum of h such maps).
+        A :mod:`lipattn.transformer` model without run axes.
     X : array_like, shape (B, N, d) or (N, d)
         The encoder's inputs (embedded tokens), one sequence per row of the batch.
     variant : {"post", "pre"}
@@ -787,7 +777,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
         Measure at ``input_scale * H`` instead of H (> 0): how the constants of
         the trained weights grow along the ray through the actual inputs.
     tol : float
-        Relative tolerance of :func:`golub_kahan_norm`.
+        Relative tolerance of :func:`golub_kahan_norm`, in [1e-15, 0.5].
 
     Returns
     -------
@@ -796,15 +786,13 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
     """
     from .transformer import attention_inputs, check_params
 
+    as_choice(variant, "variant", ("post", "pre"))
     check_params(params)
     for i, p in enumerate(params):
-        if p["heads"] != 1:
-            raise ValueError(f"params[{i}]['heads'] must be 1 (single-head layers); "
-                             f"got {p['heads']!r}")
         if np.ndim(p["W_Q"]) != 2:
             raise ValueError(f"params[{i}] must hold one model's weights (2-D matrices); "
                              f"got W_Q of shape {np.shape(p['W_Q'])}")
-    tol = as_positive_float(tol, "tol")
+    tol = _check_tol(tol)
     input_scale = as_positive_float(input_scale, "input_scale")
     params = [{k: v if k == "heads" else np.asarray(v, dtype=float) for k, v in p.items()}
               for p in params]
@@ -817,17 +805,47 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
     value_norm = np.zeros(L)
     for l_, (p, H) in enumerate(zip(params, H_all, strict=True)):
         H = input_scale * H
+        if p["heads"] > 1:
+            _multi_head_constants(p, H, tol, l_, out, value_norm)
+            continue
         W_V = p["W_V"] @ p["W_O"]
         value_norm[l_] = np.linalg.norm(W_V, 2)
-        P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
+        try:
+            P = softmax(_finite_logits(H, p["W_Q"], p["W_K"]), axis=-1)
+        except ValueError:
+            raise ValueError(f"input_scale must keep the attention logits of layer {l_} "
+                             f"finite; got {input_scale!r}, at which they overflow "
+                             "float64") from None
         out["top_weight"][l_] = P.max(axis=-1).mean(axis=-1)
-        out["radius"][l_] = np.linalg.norm(H, axis=-1).max(axis=-1)
+        out["radius"][l_] = safe_norm(H, axis=-1).max(axis=-1)
         for b, h in enumerate(H):
             out["exact"][l_, b] = local_lipschitz(h, p["W_Q"], p["W_K"], W_V,
                                                   method="lanczos", tol=tol)
             out["bound"][l_, b] = local_lipschitz_bound(h, p["W_Q"], p["W_K"], W_V)
             out["card"][l_, b] = card_bound(h, p["W_Q"], p["W_K"], W_V)
     return SublayerConstants(value_norm=value_norm, **out)
+
+
+def _multi_head_constants(p: dict, H: np.ndarray, tol: float, l_: int, out: dict,
+                          value_norm: np.ndarray) -> None:
+    """Fill layer l_'s entries of :func:`sublayer_constants` for ``p["heads"] > 1``."""
+    from .layers import layer_lipschitz
+
+    heads = int(p["heads"])
+    layer = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=heads,
+                               b_O=p["b_O"])
+    value_norm[l_] = np.linalg.norm(p["W_V"] @ p["W_O"], 2)
+    per_head = [layer.head(i) for i in range(heads)]
+    for b, h in enumerate(H):
+        out["exact"][l_, b] = layer_lipschitz(layer, h, tol=tol).value
+        top = 0.0
+        for hd in per_head:
+            W_V = hd.W_V @ hd.W_O
+            out["bound"][l_, b] += local_lipschitz_bound(h, hd.W_Q, hd.W_K, W_V)
+            out["card"][l_, b] += card_bound(h, hd.W_Q, hd.W_K, W_V)
+            top += softmax(_finite_logits(h, hd.W_Q, hd.W_K), axis=-1).max(axis=-1).mean()
+        out["top_weight"][l_, b] = top / heads
+        out["radius"][l_, b] = np.linalg.norm(h, axis=-1).max()
 
 
 # --------------------------------------------------------------------------
@@ -854,8 +872,10 @@ def two_sided_tokens(t: float, N: int = 3, d: int = 2) -> np.ndarray:
     ndarray, shape (N, d)
     """
     t = as_positive_float(t, "t", allow_zero=True)
-    N = as_int_at_least(N, "N", 2)
-    d = as_int_at_least(d, "d", 1)
+    N = as_count(N, "N", 2)
+    d = as_count(d, "d", 1)
+    if N * d > 10**8:
+        raise ValueError(f"N * d must be at most 1e8 (memory); got N = {N}, d = {d}")
     X = np.zeros((N, d))
     X[1:, 0] = t * np.where(np.arange(1, N) % 2 == 1, 1.0, -1.0)
     return X
@@ -882,12 +902,98 @@ def sink_tokens(R: float, N: int, u: Any) -> np.ndarray:
     ndarray, shape (N, d)
     """
     R = as_positive_float(R, "R", allow_zero=True)
-    N = as_int_at_least(N, "N", 1)
+    N = as_count(N, "N", 1)
     u = as_real_array(u, "u", ndim=1)
-    nrm = float(np.linalg.norm(u))
-    if nrm == 0.0:
+    if N * u.size > 10**8:
+        raise ValueError(f"N * len(u) must be at most 1e8 (memory); got N = {N}, "
+                         f"len(u) = {u.size}")
+    if not np.any(u):
         raise ValueError("u must be a non-zero vector; got all zeros")
-    u = u / nrm
+    m = scale_of(u)
+    u = (u / m) / float(safe_norm(u / m))  # scale-invariant: u and c u give one direction
     X = np.tile(0.5 * R * u, (N, 1))
     X[0] = R * u
     return X
+
+
+# --------------------------------------------------------------------------
+# Kim et al.'s L2 bounds: the inverse of phi, and the multi-head form
+# --------------------------------------------------------------------------
+_KIM_FORMS = ("exact", "printed")
+
+
+def kim_phi_inverse(y: float) -> float:
+    r"""The inverse of :math:`\phi(x) = x e^{x+1}` on :math:`[0, \infty)`: :math:`W_0(y/e)`.
+
+    Exact up to rounding (scipy's principal Lambert function).
+
+    Parameters
+    ----------
+    y : float
+        >= 0.
+
+    Returns
+    -------
+    float
+        The x >= 0 with :math:`\phi(x) = y`.
+    """
+    y = as_positive_float(y, "y", allow_zero=True)
+    return float(lambertw(y / math.e).real)
+
+
+def kim_l2_mha_bound(N: int, W_Q: Any, W_V: Any, W_O: Any, *, form: str = "exact") -> float:
+    r"""Kim et al.'s ℓ2 bound for multi-head L2 self-attention.
+
+    With heads :math:`f^h(X) = P^h X\, W^{Q,h} W^{Q,h\top} W^{V,h}/\sqrt{d_k}`
+    (:func:`l2_self_attention` per head) concatenated and multiplied by
+    :math:`W^O`,
+
+    .. math::
+
+        \frac{\sqrt N}{\sqrt{d_k}}\bigl(4\,\phi^{-1}(N-1) + 1\bigr)
+        \Bigl(\sum_h \|W^{Q,h}\|_2^4\,\|W^{V,h}\|_2^2\Bigr)^{1/2} \|W^O\|_2 .
+
+    It follows from the single-head bound (:func:`kim_l2_bound`): the
+    concatenation's squared change is the sum of the heads' squared changes.
+    Kim et al. print the head sum as :math:`\sum_h \|W^{Q,h}\|_2^2\|W^{V,h}\|_2^2`;
+    with the value map :math:`W^{Q,h}W^{Q,h\top}W^{V,h}` used here the Lipschitz
+    constant scales like :math:`\|W^{Q,h}\|^2` (scale :math:`W^{Q,h}` by c and
+    X by 1/c), so that form cannot hold for large :math:`W^{Q,h}`; we did not
+    read the paper's definitions line by line, and keep the form we can prove
+    from the single-head statement.
+
+    Parameters
+    ----------
+    N : int
+        Number of tokens, >= 1.
+    W_Q : array_like, shape (H, d, d_k)
+    W_V : array_like, shape (H, d, d_v)
+    W_O : array_like, shape (H d_v, d_out)
+    form : {"exact", "printed"}
+        :math:`\phi^{-1}(N-1) = W_0((N-1)/e)`, or the paper's printed :math:`W_0(N/e)`.
+
+    Returns
+    -------
+    float
+    """
+    N = as_int_at_least(N, "N", 1)
+    if form not in _KIM_FORMS:
+        raise ValueError(f"form must be one of {_KIM_FORMS}; got {form!r}")
+    W_Q = as_real_array(W_Q, "W_Q", ndim=3)
+    W_V = as_real_array(W_V, "W_V", ndim=3)
+    W_O = as_real_array(W_O, "W_O", ndim=2)
+    H, d, d_k = W_Q.shape
+    if W_V.shape[:2] != (H, d):
+        raise ValueError(f"W_V must have shape (H, d, d_v) = ({H}, {d}, d_v); "
+                         f"got shape {W_V.shape}")
+    if W_O.shape[0] != H * W_V.shape[2]:
+        raise ValueError(f"W_O must have shape (H d_v, d_out) = ({H * W_V.shape[2]}, d_out); "
+                         f"got shape {W_O.shape}")
+    w0 = kim_phi_inverse(N - 1 if form == "exact" else N)
+    nq = np.linalg.norm(W_Q, 2, axis=(-2, -1))
+    nv = np.linalg.norm(W_V, 2, axis=(-2, -1))
+    heads = float(np.sqrt(np.sum(nq ** 4 * nv ** 2)))
+    return math.sqrt(N / d_k) * (4 * w0 + 1) * heads * float(np.linalg.norm(W_O, 2))
+
+
+__all__ += ["kim_phi_inverse", "kim_l2_mha_bound"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._blas import single_threaded
-from ._validate import as_int_at_least, as_positive_float
+from ._validate import as_choice, as_count, as_positive_float, as_real_array, scale_of
 from .transformer import MATRICES, _backward, _forward, init_params, stack_params
 
 __all__ = ["InitProfile", "init_profile", "last_layer_gradients", "fit_power",
@@ -55,6 +55,29 @@ class InitProfile:
     final_inv_s: np.ndarray
 
 
+def _check_counts(layers: int, d: int, seeds: int, n_tokens: int) -> tuple[int, int, int, int]:
+    """Validate the sizes of a batch of models; at most 5e8 weights and 5e8 activations
+    (4 GB each in float64: Chapter 4's largest batch, 48 models of 48 layers at d = 64,
+    holds 1.1e8 weights)."""
+    layers = as_count(layers, "layers", 1)
+    d = as_count(d, "d", 2)
+    seeds = as_count(seeds, "seeds", 1)
+    n_tokens = as_count(n_tokens, "n_tokens", 1)
+    cap = 5 * 10**8
+    if seeds * layers * 12 * d * d > cap or seeds * layers * n_tokens * max(n_tokens, 4 * d) \
+            > cap:
+        raise ValueError(f"layers, d, seeds, n_tokens must give at most 5e8 weights and "
+                         f"activations (memory); got layers = {layers}, d = {d}, "
+                         f"seeds = {seeds}, n_tokens = {n_tokens}")
+    return layers, d, seeds, n_tokens
+
+
+def _check_depths(depths) -> list[int]:
+    if isinstance(depths, (str, bytes)) or np.ndim(depths) != 1 or np.size(depths) == 0:
+        raise TypeError(f"depths must be a non-empty sequence of ints; got {depths!r}")
+    return [as_count(L, f"depths[{i}]", 1) for i, L in enumerate(np.asarray(depths).tolist())]
+
+
 def _models(layers: int, d: int, seeds: int, heads: int) -> list[dict]:
     return stack_params([init_params(layers, d, heads=heads, seed=s) for s in range(seeds)])
 
@@ -79,11 +102,8 @@ def init_profile(layers: int, d: int, variant: str, *, seeds: int = 8, n_tokens:
     InitProfile
     """
     from .transformer import token_diversity
-    layers = as_int_at_least(layers, "layers", 1)
-    seeds = as_int_at_least(seeds, "seeds", 1)
-    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
-    if variant not in ("post", "pre"):
-        raise ValueError(f"variant must be 'post' or 'pre'; got {variant!r}")
+    layers, d, seeds, n_tokens = _check_counts(layers, d, seeds, n_tokens)
+    as_choice(variant, "variant", ("post", "pre"))
     P = _models(layers, d, seeds, heads)
     rng = np.random.default_rng([layers, d, n_tokens])
     X = rng.standard_normal((seeds, n_tokens, d))
@@ -112,26 +132,50 @@ def last_layer_gradients(depths, d: int, *, seeds: int = 8, matrix: str = "W_2",
     dict
         ``"post"``, ``"pre"`` -> ndarray, shape (len(depths), seeds).
     """
-    if matrix not in MATRICES:
-        raise ValueError(f"matrix must be one of {MATRICES}; got {matrix!r}")
-    j = MATRICES.index(matrix)
+    j = MATRICES.index(as_choice(matrix, "matrix", MATRICES))
+    depths = _check_depths(depths)
+    for L in depths:
+        _check_counts(L, d, seeds, n_tokens)
     return {v: np.array([init_profile(L, d, v, seeds=seeds, n_tokens=n_tokens).grad[:, -1, j]
                          for L in depths]) for v in ("post", "pre")}
 
 
+def _check_fit(x, y, *, y_positive: bool) -> tuple[np.ndarray, np.ndarray]:
+    """x, y as finite 1-D arrays of one shape, at least 3 points, x > 0 with at
+    least two distinct values (otherwise no slope is defined), y > 0 if asked."""
+    x = as_real_array(x, "x", ndim=1)
+    y = as_real_array(y, "y", ndim=1)
+    if y.shape != x.shape:
+        raise ValueError(f"y must have the shape of x, {x.shape}; got shape {y.shape}")
+    if x.size < 3:
+        raise ValueError(f"x must have at least 3 points for a fit with a standard error; "
+                         f"got {x.size}")
+    if np.any(x <= 0):
+        raise ValueError("x must be positive (it is fitted on a log scale); got "
+                         f"{float(x[x <= 0][0])!r}")
+    if np.all(x == x[0]):
+        raise ValueError(f"x must have at least two distinct values, or no slope is defined; "
+                         f"got every entry {float(x[0])!r}")
+    if y_positive and np.any(y <= 0):
+        raise ValueError("y must be positive (it is fitted on a log scale); got "
+                         f"{float(y[y <= 0][0])!r}")
+    return x, y
+
+
 def fit_power(x, y) -> tuple[float, float, float]:
     r"""Least-squares fit of :math:`\log y = a + b \log x`.
+
+    Parameters
+    ----------
+    x, y : array_like, shape (n,)
+        Finite and positive, n >= 3, with at least two distinct ``x``.
 
     Returns
     -------
     b, a, se_b : float
         Exponent, intercept and the exponent's standard error.
     """
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if x.shape != y.shape or x.ndim != 1 or x.size < 3 or not (
-            np.all(np.isfinite(x) & (x > 0)) and np.all(np.isfinite(y) & (y > 0))):
-        raise ValueError("x and y must be finite positive 1-D arrays of the same shape, "
-                         f"at least 3 points; got shapes {x.shape} and {y.shape}")
+    x, y = _check_fit(x, y, y_positive=True)
     lx, ly = np.log(x), np.log(y)
     A = np.stack([np.ones_like(lx), lx], axis=1)
     coef, res, *_ = np.linalg.lstsq(A, ly, rcond=None)
@@ -141,17 +185,31 @@ def fit_power(x, y) -> tuple[float, float, float]:
 
 
 def fit_log(x, y) -> tuple[float, float, float]:
-    r"""Least-squares fit of :math:`y = a + b \ln x`; returns (b, a, rms residual / mean y)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if x.shape != y.shape or x.ndim != 1 or x.size < 3 or not (
-            np.all(np.isfinite(x) & (x > 0)) and np.all(np.isfinite(y)) and y.mean() > 0):
-        raise ValueError("x and y must be finite 1-D arrays of the same shape, at least 3 "
-                         f"points, x > 0 and mean y > 0; got shapes {x.shape} and {y.shape}")
+    r"""Least-squares fit of :math:`y = a + b \ln x`.
+
+    Parameters
+    ----------
+    x : array_like, shape (n,)
+        Finite and positive, n >= 3, with at least two distinct values.
+    y : array_like, shape (n,)
+        Finite, with a positive mean.
+
+    Returns
+    -------
+    b, a, rel : float
+        Slope, intercept, and the r.m.s. residual divided by the mean of ``y``.
+    """
+    x, y = _check_fit(x, y, y_positive=False)
+    c = scale_of(y)  # fit y / c (a power of two: exact), so that no square overflows
+    ys = y / c
+    if not np.mean(ys) > 0:
+        raise ValueError(f"y must have a positive mean (the residual is relative to it); "
+                         f"got mean {float(np.mean(ys)) * c!r}")
     lx = np.log(x)
     A = np.stack([np.ones_like(lx), lx], axis=1)
-    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
-    rel = float(np.sqrt(np.mean((A @ coef - y) ** 2)) / np.mean(y))
-    return float(coef[1]), float(coef[0]), rel
+    coef, *_ = np.linalg.lstsq(A, ys, rcond=None)
+    rel = float(np.sqrt(np.mean((A @ coef - ys) ** 2)) / np.mean(ys))
+    return float(coef[1]) * c, float(coef[0]) * c, rel
 
 
 @single_threaded
@@ -175,7 +233,7 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
     d : int
     seeds : int
     size : float
-        :math:`\eta`, the change of every entry. For Xavier-uniform weights
+        :math:`\eta`, the change of every entry, in (0, 1]. For Xavier-uniform weights
         the relative change is :math:`\eta` over the entries' r.m.s., i.e.
         :math:`\eta\sqrt d` for a d x d matrix and :math:`\eta\sqrt{5d/2}` for
         :math:`W_1, W_2`.
@@ -190,15 +248,19 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
         ``"post"``, ``"pre"`` -> ndarray, shape (len(depths), seeds): the mean
         squared entry of :math:`F(\theta + \Delta) - F(\theta)`.
     """
-    directions = as_int_at_least(directions, "directions", 1)
+    directions = as_count(directions, "directions", 1, 10**4)
     size = as_positive_float(size, "size")
-    if kind not in ("sign", "random"):
-        raise ValueError(f"kind must be 'sign' or 'random'; got {kind!r}")
+    if size > 1.0:
+        raise ValueError(f"size must be a small step, at most 1 (the weights' entries are "
+                         f"of order 1/sqrt(d)); got {size!r}")
+    as_choice(kind, "kind", ("sign", "random"))
+    depths = _check_depths(depths)
+    for L in depths:
+        _check_counts(L, d, seeds, n_tokens)
     out = {}
     for v in ("post", "pre"):
         rows = []
         for L in depths:
-            L = as_int_at_least(L, "depths", 1)
             P = _models(L, d, seeds, 1)
             rng = np.random.default_rng([L, d, 7])
             X = rng.standard_normal((seeds, n_tokens, d))

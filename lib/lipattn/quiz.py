@@ -11,10 +11,21 @@ field (``title``, ``prompt``, ``text``, ``why``) is either a string, used for
 every language, or a mapping from a language code to the text, for example
 ``{en: "Which vector…", zh: "哪个向量…"}``. :meth:`Quiz.from_yaml` picks one
 language, and :meth:`Quiz.combine` draws questions from several quizzes.
+
+The options of a YAML question are shuffled deterministically, by a hash of
+the question's prompt (its English text, so every language gets the same
+order), so that the right answer's position carries no information; a
+question may fix another order with an integer ``seed``.
+
+Feedback is announced to screen readers (each question's options sit in an
+``aria-live`` region), and a printed page shows every right answer with its
+explanation (the quiz's own ``@media print`` rules; the classes are
+``lipattn-quiz``, ``lq-q``, ``lq-opt``, ``lq-correct`` and ``lq-fb``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import itertools
 from collections.abc import Sequence
@@ -27,9 +38,11 @@ __all__ = ["Option", "Question", "Quiz", "LANGUAGES"]
 #: The interface strings of a quiz, per language code.
 LANGUAGES: dict[str, dict[str, str]] = {
     "en": {"intro": "Choose an answer to see whether it is right, and why.",
-           "right": "Right.", "wrong": "Not quite.", "q": "Q", "title": "Self-check", "stop": ". "},
+           "right": "Right.", "wrong": "Not quite.", "q": "Q", "title": "Self-check", "stop": ". ",
+           "space": " "},
     "zh": {"intro": "选择一个答案，查看它是否正确以及原因。",
-           "right": "正确。", "wrong": "不对。", "q": "第 {n} 题：", "title": "自测", "stop": "："},
+           "right": "正确。", "wrong": "不对。", "q": "第 {n} 题：", "title": "自测", "stop": "：",
+           "space": ""},
 }
 
 _COUNTER = itertools.count()
@@ -48,6 +61,14 @@ _CSS = """
 .lipattn-quiz .lq-fb.ok { border-color: #2da44e; background: #eefbf1; }
 .lipattn-quiz .lq-fb.no { border-color: #cf222e; background: #fff1f0; }
 .lipattn-quiz input:checked ~ .lq-fb { display: block; }
+@media print {
+  .lipattn-quiz .lq-q { break-inside: avoid; }
+  .lipattn-quiz input { display: none; }
+  .lipattn-quiz .lq-opt.lq-correct label { font-weight: 700; }
+  .lipattn-quiz .lq-opt.lq-correct label::after { content: " \\2713"; }
+  .lipattn-quiz .lq-fb.ok { display: block !important; background: none; }
+  .lipattn-quiz .lq-fb.no { display: none !important; }
+}
 """
 
 
@@ -136,11 +157,11 @@ class Quiz:
                              f"expected a string or a mapping with key {lang!r}")
 
         questions = [
-            Question(pick(q["prompt"], f"question {qi + 1}"),
-                     [Option(pick(o["text"], f"question {qi + 1}, option {oi + 1}"),
-                             bool(o["correct"]),
-                             pick(o["why"], f"question {qi + 1}, option {oi + 1}"))
-                      for oi, o in enumerate(q["options"])])
+            Question(pick(q["prompt"], f"question {qi + 1}"), _shuffled(
+                [Option(pick(o["text"], f"question {qi + 1}, option {oi + 1}"),
+                        bool(o["correct"]),
+                        pick(o["why"], f"question {qi + 1}, option {oi + 1}"))
+                 for oi, o in enumerate(q["options"])], q))
             for qi, q in enumerate(raw)
         ]
         title = data.get("title")
@@ -169,17 +190,41 @@ class Quiz:
             number = (words["q"].format(n=qi) if "{n}" in words["q"]
                       else f"{words['q']}{qi}.")
             parts.append(f'<div class="lq-q" role="radiogroup" aria-labelledby="{group}-p">'
-                         f'<p class="lq-prompt" id="{group}-p">{number} {q.prompt}</p>')
+                         f'<p class="lq-prompt" id="{group}-p">{number}{words["space"]}'
+                         f'{q.prompt}</p><div class="lq-opts" aria-live="polite">')
             for oi, opt in enumerate(q.options):
                 oid = f"{group}-{oi}"
                 verdict = words["right"] if opt.correct else words["wrong"]
                 cls = "ok" if opt.correct else "no"
+                mark = " lq-correct" if opt.correct else ""
                 parts.append(
-                    f'<div class="lq-opt"><input type="radio" name="{group}" id="{oid}" '
+                    f'<div class="lq-opt{mark}"><input type="radio" name="{group}" id="{oid}" '
                     f'data-correct="{str(opt.correct).lower()}">'
                     f'<label for="{oid}">{chr(97 + oi)}) {opt.text}</label>'
                     f'<div class="lq-fb {cls}"><b>{verdict}</b> {opt.why}</div></div>'
                 )
-            parts.append("</div>")
+            parts.append("</div></div>")
         parts.append("</div>")
         return "".join(parts)
+
+
+def _shuffled(options: list[Option], item: dict) -> list[Option]:
+    """The options in the question's own deterministic order.
+
+    The order sorts the options by a SHA-256 of the question's key (its
+    ``seed`` if given, else its English prompt) and the option's index, so it
+    is the same in every language and on every machine.
+    """
+    prompt = item.get("prompt")
+    if "seed" in item:
+        seed = item["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"a question's seed must be an integer; got {seed!r}")
+        key = str(seed)
+    elif isinstance(prompt, dict):
+        key = str(prompt.get("en", next(iter(prompt.values()))))
+    else:
+        key = str(prompt)
+    order = sorted(range(len(options)),
+                   key=lambda i: hashlib.sha256(f"{key}\n{i}".encode()).hexdigest())
+    return [options[i] for i in order]

@@ -27,13 +27,12 @@ axis first. Randomness comes only from ``np.random.default_rng(seed)``, where
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import as_bool, as_int_at_least, as_positive_float, as_real_array
+from ._validate import as_bool, as_count, as_positive_float, as_real_array, as_rng
 from .softmax import softmax, softmax_jacobian_norm
 
 __all__ = [
@@ -141,22 +140,28 @@ class GradientNorms:
 
 def _as_rng(seed: object) -> np.random.Generator:
     """Return a Generator from an int seed >= 0 or an existing Generator."""
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if isinstance(seed, bool) or not isinstance(seed, (numbers.Integral, np.integer)):
-        raise TypeError(
-            f"seed must be an integer >= 0 or a numpy.random.Generator; got {type(seed).__name__}"
-        )
-    return np.random.default_rng(as_int_at_least(seed, "seed", 0))
+    return as_rng(seed, "seed")
 
 
-def _check_sampling_args(d, n_keys, scaled, samples) -> tuple[int, int, bool, int]:
-    return (
-        as_int_at_least(d, "d", 1),
-        as_int_at_least(n_keys, "n_keys", 1),
-        as_bool(scaled, "scaled"),
-        as_int_at_least(samples, "samples", 2),
-    )
+#: Limits of the samplers: the work (samples x n_keys, times d where d is
+#: drawn explicitly) beyond which a call would take minutes or exhaust memory.
+_MAX_DIM = 10**6
+_MAX_DRAWS = 10**8
+
+
+def _check_sampling_args(d, n_keys, scaled, samples, *, explicit_d: bool = False
+                         ) -> tuple[int, int, bool, int]:
+    d = as_count(d, "d", 1, _MAX_DIM)
+    n_keys = as_count(n_keys, "n_keys", 1, _MAX_DIM)
+    scaled = as_bool(scaled, "scaled")
+    samples = as_count(samples, "samples", 2, _MAX_DRAWS)
+    work = samples * n_keys * (d if explicit_d else 1)
+    if work > _MAX_DRAWS:
+        what = "samples * n_keys * d" if explicit_d else "samples * n_keys"
+        raise ValueError(f"samples, n_keys{', d' if explicit_d else ''} must have {what} <= "
+                         f"{_MAX_DRAWS:.0e} (time and memory); got samples = {samples}, "
+                         f"n_keys = {n_keys}, d = {d}")
+    return d, n_keys, scaled, samples
 
 
 def _chunk_size(per_sample: int) -> int:
@@ -252,7 +257,7 @@ def sample_logits_direct(
     s : ndarray, shape (samples, n_keys)
         Same distribution as :func:`sample_logits` (not the same numbers).
     """
-    d, n_keys, scaled, samples = _check_sampling_args(d, n_keys, scaled, samples)
+    d, n_keys, scaled, samples = _check_sampling_args(d, n_keys, scaled, samples, explicit_d=True)
     rng = _as_rng(seed)
     q = rng.standard_normal((samples, d))
     k = rng.standard_normal((samples, n_keys, d))
@@ -505,7 +510,7 @@ def two_token_expectations_d(d: int, scaled: bool = True, points: int = 801) -> 
     scaled : bool
         Divide the logits by ``sqrt(d)``.
     points : int
-        Trapezoidal nodes in ``t`` (``>= 101``); the default is accurate to
+        Trapezoidal nodes in ``t`` (101 to 10**6); the default is accurate to
         about 1e-12.
 
     Returns
@@ -514,9 +519,9 @@ def two_token_expectations_d(d: int, scaled: bool = True, points: int = 801) -> 
         ``E[H]``, ``E[max p]``, ``E||J||_2`` (zero standard errors,
         ``n_samples=None``).
     """
-    d = as_int_at_least(d, "d", 1)
+    d = as_count(d, "d", 1)
     scaled = as_bool(scaled, "scaled")
-    points = as_int_at_least(points, "points", 101)
+    points = as_count(points, "points", 101, 10**6)
     centre, width = math.log(d), math.sqrt(2.0 / d)
     # left tail ~ exp(d t / 2), right tail ~ exp(-d (e^x - 1 - x) / 2) at t = ln d + x
     t = np.linspace(centre - 10.0 * width - 140.0 / d, centre + 10.0 * width + 10.0 / d, points)
@@ -561,10 +566,10 @@ def two_token_asymptotes(sigma: float, *, terms: int = 1) -> SaturationStats:
         even be negative).
     """
     sigma = as_positive_float(sigma, "sigma")
-    terms = as_int_at_least(terms, "terms", 1)
+    terms = as_count(terms, "terms", 1)
     if terms > 2:
         raise ValueError(f"terms must be 1 or 2; got {terms}")
-    inv2 = 1.0 / sigma**2 if terms == 2 else 0.0
+    inv2 = (1.0 / sigma) ** 2 if terms == 2 else 0.0  # no overflow for huge sigma
     lead = 1.0 / (math.sqrt(math.pi) * sigma)
     return SaturationStats(
         entropy=math.pi**2 / 6.0 * lead * (1.0 - _CORR_ENTROPY * inv2),
@@ -599,8 +604,11 @@ def rem_entropy_approx(sigma: float, n_keys: int) -> float:
         the expected entropy in nats.
     """
     sigma = as_positive_float(sigma, "sigma")
-    n_keys = as_int_at_least(n_keys, "n_keys", 1)
-    return max(0.0, math.log(n_keys) - 0.5 * sigma**2)
+    n_keys = as_count(n_keys, "n_keys", 1)
+    log_n = math.log(n_keys)
+    if sigma >= math.sqrt(2.0 * log_n):  # the frozen phase; sigma**2 could overflow
+        return 0.0
+    return max(0.0, log_n - 0.5 * sigma**2)
 
 
 # ---------------------------------------------------------------------------
@@ -700,7 +708,7 @@ def gradient_norms(
         Monte-Carlo means of ``||dL/ds||``, ``||dL/dq||``, ``||dL/dK||_F``
         and ``||dL/dV||_F`` with standard errors ``std / sqrt(samples)``.
     """
-    d, n_keys, scaled, samples = _check_sampling_args(d, n_keys, scaled, samples)
+    d, n_keys, scaled, samples = _check_sampling_args(d, n_keys, scaled, samples, explicit_d=True)
     rng = _as_rng(seed)
     chunk = _chunk_size(4 * n_keys * d)
     norms: dict[str, list[np.ndarray]] = {"logits": [], "query": [], "keys": [], "values": []}

@@ -26,7 +26,18 @@ from typing import Any
 import numpy as np
 from scipy.sparse.linalg import LinearOperator, aslinearoperator, svds
 
-from ._validate import as_bool, as_int_at_least, as_positive_float, as_real_array
+from ._validate import (
+    as_bool,
+    as_count,
+    as_int_at_least,
+    as_positive_float,
+    as_real_array,
+    as_seed,
+    as_tol,
+    safe_norm,
+    safe_product,
+    scale_of,
+)
 
 __all__ = [
     "PowerIteration", "power_iteration", "spectral_norm", "spectral_normalize", "as_operator",
@@ -72,16 +83,25 @@ def _as_operator(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | 
     return aslinearoperator(arr), arr
 
 
-def _unit(x: np.ndarray, name: str) -> np.ndarray:
-    nrm = float(np.linalg.norm(x))
-    if not np.isfinite(nrm):
-        raise ValueError(f"{name} became non-finite; expected a finite operator")
+def _unit(x: np.ndarray, name: str) -> tuple[np.ndarray, float]:
+    """``(x / ||x||, ||x||)`` without overflow or underflow; ``(x, 0)`` for x = 0."""
+    with np.errstate(over="ignore"):  # huge entries take the scaled path below
+        nrm = float(np.linalg.norm(x))
+    if 1e-150 < nrm < 1e150:  # the fast path of every ordinary step: no square is lost
+        return x / nrm, nrm
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"A must be a finite operator; {name} had non-finite entries")
+    nrm = float(safe_norm(x))
     if nrm == 0.0:
-        return x
-    return x / nrm
+        return x, 0.0
+    if not np.isfinite(nrm):
+        raise ValueError(f"A must have a representable norm; ||{name}|| overflows float64")
+    m = scale_of(x)
+    return (x / m) / (nrm / m), nrm  # exact scaling first, so no subnormal loss
 
 
-def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0) -> PowerIteration:
+def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0, *,
+                    _u0_name: str = "u0") -> PowerIteration:
     r"""Power iteration for :math:`\sigma_1(A)`, as in spectral normalisation.
 
     Each step is :math:`v \leftarrow A^\top u/\|A^\top u\|`,
@@ -98,7 +118,7 @@ def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0) -> PowerI
         Starting left vector (any non-zero finite vector; it is normalised).
         Default: a standard normal vector from ``numpy.random.default_rng(seed)``.
     seed : int, default 0
-        Seed of the default starting vector.
+        Seed of the default starting vector (an int >= 0).
 
     Returns
     -------
@@ -106,28 +126,36 @@ def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0) -> PowerI
         ``sigma`` (shape (iters,)), the last ``u`` and ``v``, and ``matvecs``.
         If :math:`A^\top u_0 = 0` (``u0`` orthogonal to the range of A), every
         estimate is 0 and ``v`` is the zero vector.
+
+    Notes
+    -----
+    Scale-invariant: the vectors are normalised by norms computed without
+    overflow or underflow, so ``power_iteration(c * A)`` gives ``c`` times the
+    estimates of ``power_iteration(A)`` (up to rounding) for every finite
+    ``c * A`` whose products with unit vectors are finite (e.g. c from 1e-200 to
+    1e200 for entries of order 1).
     """
     op, _ = _as_operator(A)
-    iters = as_int_at_least(iters, "iters", 1)
+    iters = as_count(iters, "iters", 1)
+    seed = as_seed(seed)
     m, n = op.shape
     if u0 is None:
         u = np.random.default_rng(seed).standard_normal(m)
     else:
-        u = as_real_array(u0, "u0", ndim=1)
+        u = as_real_array(u0, _u0_name, ndim=1)
         if u.shape != (m,):
-            raise ValueError(f"u0 must have shape ({m},) to match A of shape {op.shape}; "
-                             f"got shape {u.shape}")
+            raise ValueError(f"{_u0_name} must have shape ({m},) to match A of shape "
+                             f"{op.shape}; got shape {u.shape}")
         if not np.any(u):
-            raise ValueError("u0 must be a non-zero vector; got all zeros")
-    u = u / np.linalg.norm(u)
+            raise ValueError(f"{_u0_name} must be a non-zero vector; got all zeros")
+    u = _unit(u, _u0_name)[0]
     v = np.zeros(n)
     sigma = np.empty(iters)
     for k in range(iters):
-        v = _unit(np.asarray(op.rmatvec(u), dtype=float).reshape(n), "A^T u")
-        Av = np.asarray(op.matvec(v), dtype=float).reshape(m)
-        s = float(np.linalg.norm(Av))
+        v = _unit(np.asarray(op.rmatvec(u), dtype=float).reshape(n), "A^T u")[0]
+        Av, s = _unit(np.asarray(op.matvec(v), dtype=float).reshape(m), "A v")
         if s > 0:
-            u = Av / s
+            u = Av
         sigma[k] = s
     return PowerIteration(sigma=sigma, u=u, v=v, matvecs=2 * iters)
 
@@ -145,24 +173,67 @@ def spectral_norm(A: Any, tol: float = 1e-10) -> float:
     ----------
     A : array_like, shape (m, n), or scipy.sparse.linalg.LinearOperator
     tol : float, default 1e-10
-        Relative tolerance of the Lanczos path (positive).
+        Relative tolerance of the Lanczos path, in [1e-15, 0.5].
 
     Returns
     -------
     float
+        Scale-invariant: ``spectral_norm(c * A) == c * spectral_norm(A)`` up to
+        rounding for every c > 0 with finite ``c * A``. For a LinearOperator
+        that maps a fixed generic vector to 0 the result is 0 (with probability
+        one the operator is zero; ARPACK could not start from such a vector).
     """
-    op, arr = _as_operator(A)
-    tol = as_positive_float(tol, "tol")
+    op, arr, c = _unit_scaled(A)
+    tol = as_tol(tol)
+    if c == 0.0:
+        return 0.0
     if arr is not None and (arr.size <= DENSE_MAX_ENTRIES or min(arr.shape) == 1):
-        return float(np.linalg.norm(arr, 2))
+        return _rescaled(float(np.linalg.norm(arr, 2)), c)
     if min(op.shape) == 1:
         # svds needs k < min(m, n); a single row or column is a vector norm.
-        if op.shape[0] == 1:
-            return float(np.linalg.norm(op.rmatvec(np.ones(1))))
-        return float(np.linalg.norm(op.matvec(np.ones(1))))
+        col = op.rmatvec(np.ones(1)) if op.shape[0] == 1 else op.matvec(np.ones(1))
+        return _rescaled(_unit(np.asarray(col, dtype=float).ravel(), "A e_1")[1], c)
     v0 = np.random.default_rng(0).standard_normal(min(op.shape))
     s = svds(op, k=1, tol=tol, return_singular_vectors=False, v0=v0)
-    return float(s[0])
+    return _rescaled(float(s[0]), c)
+
+
+def _unit_scaled(A: Any, name: str = "A") -> tuple[LinearOperator, np.ndarray | None, float]:
+    """``(A / c, dense A / c or None, c)`` with ``A / c`` of order 1, validated.
+
+    An array is divided by the power of two at or above its largest entry. An
+    operator's scale is the power of two at or above ``||A v|| / ||v||`` for one
+    fixed random vector v (about sigma_1 or less), so that Lanczos on the Gram
+    operator neither overflows nor underflows. Powers of two scale exactly, so
+    ordinary inputs give bit for bit the unscaled results. ``c = 0`` for an
+    array of zeros, or an operator that maps the (generic) probe vector to 0,
+    which with probability one means the zero operator (its null space would
+    have to contain that fixed random vector); then the operator is returned
+    unscaled and its norm is 0.
+    """
+    op, arr = _as_operator(A, name)
+    if arr is not None:
+        if not np.any(arr):
+            return op, arr, 0.0
+        c = scale_of(arr)  # a power of two: ordinary inputs give bit-identical results
+        arr = arr / c
+        return aslinearoperator(arr), arr, c
+    v = np.random.default_rng(12345).standard_normal(min(op.shape))
+    probe = op.rmatvec(v) if op.shape[0] < op.shape[1] else op.matvec(v)
+    c = _unit(np.asarray(probe, dtype=float).ravel(), f"{name} v")[1] / float(safe_norm(v))
+    if c == 0.0:
+        return op, None, 0.0
+    c = scale_of(c)
+    return (op * (1.0 / c), None, c) if c != 1.0 else (op, None, c)
+
+
+def _rescaled(s: float, c: float) -> float:
+    """``s * c``, or a clear error where that overflows float64."""
+    out = s * c
+    if not np.isfinite(out):
+        raise ValueError("A must have a spectral norm representable in float64; "
+                         f"got sigma_1 = {s!r} * {c!r}, which overflows")
+    return out
 
 
 def spectral_normalize(
@@ -190,7 +261,10 @@ def spectral_normalize(
         The estimate :math:`\hat\sigma`.
     """
     W = as_real_array(W, "W", ndim=2)
-    run = power_iteration(W, iters, u0=u)
+    if u is None:
+        raise TypeError("u must be the left vector of shape (m,) kept from the previous "
+                        "step; got None")
+    run = power_iteration(W, iters, u0=u, _u0_name="u")
     s = float(run.sigma[-1])
     if s == 0.0:
         raise ValueError("W must have W^T u != 0 for spectral normalisation; got sigma_hat = 0")
@@ -293,10 +367,14 @@ def matrix_with_spectrum(
     if np.any(s < 0):
         raise ValueError("singular_values must be non-negative; got a negative entry")
     r = s.size
+    if shape is not None and (not isinstance(shape, (tuple, list)) or len(shape) != 2):
+        raise TypeError(f"shape must be None or a pair (m, n) of ints; got {shape!r}")
     m, n = (r, r) if shape is None else shape
-    m = as_int_at_least(m, "shape[0]", r)
-    n = as_int_at_least(n, "shape[1]", r)
-    rng = np.random.default_rng(seed)
+    m = as_count(m, "shape[0]", r)
+    n = as_count(n, "shape[1]", r)
+    if m * n > 10**8:
+        raise ValueError(f"shape must have at most 1e8 entries; got {m} x {n}")
+    rng = np.random.default_rng(as_seed(seed))
     U = np.linalg.qr(rng.standard_normal((m, r)))[0]
     V = np.linalg.qr(rng.standard_normal((n, r)))[0]
     return (U * s) @ V.T
@@ -341,9 +419,10 @@ def lanczos_cost(A: Any, tol: float, seed: int = 0) -> tuple[int, float]:
     ----------
     A : array_like, shape (m, n), or LinearOperator, with min(m, n) >= 2
     tol : float
-        ARPACK's relative tolerance, positive.
+        ARPACK's relative tolerance, in [1e-15, 0.5].
     seed : int
-        Seed of the starting vector.
+        Seed of the starting vector (>= 0). An array is divided by its largest
+        entry first (no products counted), so the result is scale-invariant.
 
     Returns
     -------
@@ -351,13 +430,17 @@ def lanczos_cost(A: Any, tol: float, seed: int = 0) -> tuple[int, float]:
     sigma : float
         The estimate.
     """
-    counter = CountingOperator(A)
-    tol = as_positive_float(tol, "tol")
+    op, _, c = _unit_scaled(A)  # no products with A counted when A is an array
+    counter = CountingOperator(op)
+    tol = as_tol(tol)
+    seed = as_seed(seed)
     if min(counter.shape) < 2:
         raise ValueError(f"A must have min(m, n) >= 2 for svds; got shape {counter.shape}")
+    if c == 0.0:
+        return 0, 0.0
     v0 = np.random.default_rng(seed).standard_normal(min(counter.shape))
     s = svds(counter, k=1, tol=tol, return_singular_vectors=False, v0=v0)
-    return counter.count, float(s[0])
+    return counter.count, _rescaled(float(s[0]), c)
 
 
 @dataclass(frozen=True)
@@ -411,14 +494,15 @@ def track_drift(
     Tracking
     """
     W = as_real_array(W0, "W0", ndim=2).copy()
-    steps = as_int_at_least(steps, "steps", 1)
+    steps = as_count(steps, "steps", 1)
     drift = as_positive_float(drift, "drift", allow_zero=True)
     persistent = as_bool(persistent, "persistent")
-    iters = as_int_at_least(iters, "iters", 1)
+    iters = as_count(iters, "iters", 1)
+    seed = as_seed(seed)
     m, n = W.shape
     walk = np.random.default_rng(seed)
     starts = np.random.default_rng([seed, 1])
-    scale = drift * np.linalg.norm(W) / np.sqrt(m * n)
+    scale = drift * float(safe_norm(W)) / np.sqrt(m * n)
     u = starts.standard_normal(m)
     est, exact = np.empty(steps), np.empty(steps)
     for t in range(steps):
@@ -428,7 +512,7 @@ def track_drift(
         run = power_iteration(W, iters, u0=u0)
         u = run.u
         est[t] = run.sigma[-1]
-        exact[t] = np.linalg.norm(W, 2)
+        exact[t] = spectral_norm(W)
     return Tracking(sigma_hat=est, sigma=exact)
 
 
@@ -449,6 +533,27 @@ def _check_weights(weights: Any) -> list[np.ndarray]:
     return ws
 
 
+def _scaled_weights(ws: list[np.ndarray]) -> tuple[list[np.ndarray], list[float]]:
+    """Each weight divided by a power of two near its largest entry, and those powers.
+
+    The bias-free ReLU network is positively homogeneous in each weight, so its
+    activation pattern is unchanged and its Jacobian is the product of the
+    powers times the Jacobian of the scaled network (no overflow in between).
+    """
+    scale = [scale_of(w) for w in ws]
+    return [w / c for w, c in zip(ws, scale, strict=True)], scale
+
+
+def _times(values: Any, scale: list[float]) -> Any:
+    """``values * prod(scale)``, or a clear error where that overflows float64."""
+    f = safe_product(*scale, name="weights", what="Jacobian norms")
+    out = np.asarray(values) * f if f else np.zeros_like(values)
+    if not np.all(np.isfinite(out)):
+        raise ValueError("weights must give Jacobian norms representable in float64; "
+                         "they overflow")
+    return out
+
+
 def product_bound(weights: Any) -> float:
     r"""The composition bound :math:`\prod_l \|W_l\|_2` for the bias-free ReLU
     network :math:`x \mapsto \mathrm{relu}(\cdots\mathrm{relu}(x W_1)\cdots) W_L`
@@ -462,7 +567,8 @@ def product_bound(weights: Any) -> float:
     -------
     float
     """
-    return float(np.prod([np.linalg.norm(w, 2) for w in _check_weights(weights)]))
+    norms = [float(np.linalg.norm(w, 2)) for w in _check_weights(weights)]
+    return safe_product(*norms, name="weights", what="a product of norms")
 
 
 def relu_mlp_jacobian_norms(weights: Any, X: Any) -> np.ndarray:
@@ -481,16 +587,17 @@ def relu_mlp_jacobian_norms(weights: Any, X: Any) -> np.ndarray:
     -------
     ndarray, shape (M,)
     """
-    ws = _check_weights(weights)
+    ws, scale = _scaled_weights(_check_weights(weights))
     X = as_real_array(X, "X", ndim=2)
     if X.shape[1] != ws[0].shape[0]:
         raise ValueError(f"X must have {ws[0].shape[0]} columns; got shape {X.shape}")
+    X = X / scale_of(X)  # the activation pattern is invariant under positive scaling
     h = X @ ws[0]
     J = np.broadcast_to(ws[0], (X.shape[0], *ws[0].shape))
     for w in ws[1:]:
         J = (J * (h > 0)[:, None, :]) @ w
         h = np.maximum(h, 0.0) @ w
-    return np.linalg.norm(J, 2, axis=(1, 2))
+    return _times(np.linalg.norm(J, 2, axis=(1, 2)), scale)
 
 
 def pattern_bound(weights: Any) -> float:
@@ -507,7 +614,7 @@ def pattern_bound(weights: Any) -> float:
     -------
     float
     """
-    ws = _check_weights(weights)
+    ws, scale = _scaled_weights(_check_weights(weights))
     widths = [w.shape[1] for w in ws[:-1]]
     if sum(widths) > 16:
         raise ValueError(f"weights must have hidden widths totalling at most 16 for the "
@@ -519,7 +626,7 @@ def pattern_bound(weights: Any) -> float:
     for w, width in zip(ws[1:], widths, strict=True):
         J = (J * bits[:, None, start:start + width]) @ w
         start += width
-    return float(np.max(np.linalg.norm(J, 2, axis=(1, 2))))
+    return float(_times(np.max(np.linalg.norm(J, 2, axis=(1, 2))), scale))
 
 
 # --------------------------------------------------------------------------
@@ -587,7 +694,7 @@ def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
     s : float
         Centred norm, finite and non-negative.
     grid : int
-        Angles per circle, at least 16.
+        Angles per circle, in [16, 10000], with (T-1)(T-2)/2 * grid <= 2e7.
 
     Returns
     -------
@@ -599,7 +706,11 @@ def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
     if T > 200:
         raise ValueError(f"T must be at most 200 for the search; got {T}")
     s = as_positive_float(s, "s", allow_zero=True)
-    grid = as_int_at_least(grid, "grid", 16)
+    grid = as_count(grid, "grid", 16, 10**4)
+    triples = (T - 1) * (T - 2) // 2
+    if triples * grid > 2 * 10**7:
+        raise ValueError(f"T and grid must have (T-1)(T-2)/2 * grid <= 2e7 (memory of the "
+                         f"scan); got T = {T}, grid = {grid}")
     if T == 2:
         return float(entropy_floor(2, s))
     n = np.array([(a, b, T - a - b) for a in range(1, T - 1) for b in range(1, T - a)],

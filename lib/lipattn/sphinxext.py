@@ -80,22 +80,39 @@ MATHJAX_FILES = (
 _WATCHED_SUFFIXES = {".py", ".mplstyle", ".css", ".js", ".txt", ".toml", ".cfg"}
 
 
-def inputs_hash(root: Path, watch: list[str]) -> str:
+def inputs_hash(root: Path | str, watch: list[str]) -> str:
     """SHA-256 over the watched files and folders under ``root``.
 
     Parameters
     ----------
-    root : Path
-        The book's source folder.
+    root : Path or str
+        The book's source folder (an existing directory).
     watch : list of str
-        Files or folders relative to ``root``; folders contribute every file
-        with a source-like suffix, in sorted order, skipping caches.
+        Files or folders relative to ``root``, each existing (a missing one
+        would silently drop out of the hash); folders contribute every file
+        with a source-like suffix, in sorted order, skipping caches. A single
+        string is rejected: it is not a list of paths.
 
     Returns
     -------
     str
         The hex digest (64 characters).
     """
+    if not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be a path (str or Path); got {type(root).__name__}")
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"root must be an existing directory; got {str(root)!r}")
+    if isinstance(watch, (str, bytes, os.PathLike)) or not isinstance(watch, (list, tuple)):
+        raise TypeError(f"watch must be a list of paths relative to root; got "
+                        f"{type(watch).__name__} {watch!r}")
+    for i, entry in enumerate(watch):
+        if not isinstance(entry, (str, os.PathLike)):
+            raise TypeError(f"watch[{i}] must be a path (str or Path); got "
+                            f"{type(entry).__name__}")
+        if not (root / entry).exists():
+            raise ValueError(f"watch[{i}] must exist under root {str(root)!r}; got "
+                             f"{str(entry)!r}, which does not")
     digest = hashlib.sha256()
     for entry in watch:
         path = root / entry
@@ -143,7 +160,7 @@ def mathjax_subset(source: Path, target: Path) -> Path:
 
 def _config_inited(app: Any, config: Any) -> None:
     root = Path(app.srcdir)
-    digest = inputs_hash(root, list(config.lipattn_watch))
+    digest = inputs_hash(root, config.lipattn_watch)
     app.lipattn_inputs_hash = digest
     base = Path(config.nb_execution_cache_path or Path(app.outdir).parent / ".jupyter_cache")
     # One cache folder per state of the library; drop the folders of older states.

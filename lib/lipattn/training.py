@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ._blas import single_threaded
-from ._validate import as_int_at_least, as_positive_float
+from ._validate import as_choice, as_count, as_float_in, as_seed
 from .softmax import softmax
 from .transformer import (
     MATRICES,
@@ -62,7 +62,7 @@ class TrainResult:
     grad_norm : ndarray, shape (R, layers, 6)
         Frobenius norms of the gradients of the six weight matrices
         (:data:`lipattn.transformer.MATRICES`) at step 0.
-    update : ndarray, shape (R, record, layers, 6)
+    update : ndarray, shape (R, min(record, steps), layers, 6)
         Relative size :math:`\|\Delta W\|_F/\|W\|_F` of the first ``record``
         Adam updates of each weight matrix.
     model : dict
@@ -86,7 +86,7 @@ class TrainResult:
         "pos", "unembed", "variant"}``; ``blocks`` is a params list for
         :func:`lipattn.transformer.forward`."""
         R = self.lr.size
-        if not isinstance(i, (int, np.integer)) or not -R <= i < R:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -R <= i < R:
             raise ValueError(f"i must be an int in [-{R}, {R - 1}]; got {i!r}")
         blocks = [{k: v if k == "heads" else
                    v[i].reshape(v.shape[-2:] if k.startswith("W_") else (-1,))
@@ -107,9 +107,11 @@ def reversal_batch(rng: np.random.Generator, batch: int, n_tokens: int, vocab: i
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator; got {type(rng).__name__}")
-    batch = as_int_at_least(batch, "batch", 1)
-    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
-    vocab = as_int_at_least(vocab, "vocab", 2)
+    batch = as_count(batch, "batch", 1)
+    n_tokens = as_count(n_tokens, "n_tokens", 1)
+    vocab = as_count(vocab, "vocab", 2)
+    if batch * n_tokens > 10**8:
+        raise ValueError(f"batch * n_tokens must be at most 1e8 (memory); got {batch} * {n_tokens}")
     tokens = rng.integers(0, vocab, size=(batch, n_tokens))
     return tokens, tokens[:, ::-1]
 
@@ -118,9 +120,18 @@ def init_model(layers: int, d: int, vocab: int, n_tokens: int, *, heads: int = 1
                seed: int = 0) -> dict[str, Any]:
     r"""A fresh model: encoder (:func:`~lipattn.transformer.init_params`), token and
     position embeddings with i.i.d. :math:`N(0, 1/2)` entries (so their sum has
-    unit variance), and a Xavier-uniform unembedding (d, vocab)."""
-    vocab = as_int_at_least(vocab, "vocab", 2)
-    n_tokens = as_int_at_least(n_tokens, "n_tokens", 1)
+    unit variance), and a Xavier-uniform unembedding (d, vocab).
+
+    ``layers``, ``d``, ``heads`` and ``seed`` (an int >= 0) as in
+    :func:`~lipattn.transformer.init_params`; ``vocab >= 2``, ``n_tokens >= 1``,
+    with at most 1e8 embedding entries."""
+    vocab = as_count(vocab, "vocab", 2)
+    n_tokens = as_count(n_tokens, "n_tokens", 1)
+    seed = as_seed(seed)
+    d = as_count(d, "d", 2)
+    if (vocab + n_tokens) * d > 10**8:
+        raise ValueError(f"(vocab + n_tokens) * d must be at most 1e8 (memory); got "
+                         f"vocab = {vocab}, n_tokens = {n_tokens}, d = {d}")
     rng = np.random.default_rng([seed, 1])
     a = math.sqrt(6.0 / (d + vocab))
     return {"blocks": init_params(layers, d, heads=heads, seed=seed),
@@ -142,9 +153,15 @@ def model_forward(model: dict[str, Any], tokens: Any) -> np.ndarray:
     logits : ndarray, shape (..., n_tokens, vocab)
     """
     from .transformer import forward
+    keys = ("blocks", "embed", "pos", "unembed", "variant")
+    if not isinstance(model, dict) or any(k not in model for k in keys):
+        raise TypeError(f"model must be a dict with keys {keys} (from TrainResult.run); got "
+                        f"{type(model).__name__}")
+    if isinstance(tokens, (str, bytes)) or tokens is None:
+        raise TypeError(f"tokens must be an int array; got {type(tokens).__name__}")
     tokens = np.asarray(tokens)
     vocab, n = model["embed"].shape[0], model["pos"].shape[0]
-    if not np.issubdtype(tokens.dtype, np.integer) or tokens.ndim < 1 \
+    if not np.issubdtype(tokens.dtype, np.integer) or tokens.ndim < 1 or tokens.size == 0 \
             or tokens.shape[-1] != n or tokens.min() < 0 or tokens.max() >= vocab:
         raise ValueError(f"tokens must be ints in [0, {vocab}) with last axis {n}; "
                          f"got shape {tokens.shape}")
@@ -153,6 +170,12 @@ def model_forward(model: dict[str, Any], tokens: Any) -> np.ndarray:
 
 
 def _as_runs(name: str, value: Any, R: int) -> np.ndarray:
+    """``value`` (a real number or a sequence of R of them) as a float array of shape (R,)."""
+    kind = np.dtype("U") if isinstance(value, (str, bytes)) else np.asarray(value).dtype
+    if kind == np.dtype(bool) or not (np.issubdtype(kind, np.integer)
+                                      or np.issubdtype(kind, np.floating)):
+        raise TypeError(f"{name} must be a real number or a sequence of {R} real numbers; "
+                        f"got {type(value).__name__ if np.ndim(value) == 0 else kind}")
     arr = np.atleast_1d(np.asarray(value, dtype=float))
     if arr.ndim != 1 or arr.size not in (1, R):
         raise ValueError(f"{name} must be a number or a sequence of {R} numbers; "
@@ -171,37 +194,49 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     ----------
     variant : {"post", "pre"}
     lr : float or sequence of float
-        Peak learning rate of each run (> 0).
+        Peak learning rate of each run, in (0, 1] (not bool or str).
     warmup : int or sequence of int
         Linear warm-up length in steps of each run (0: none).
     seed : int or sequence of int
-        Seed of each run's initialisation and batches. ``R`` is the longest
+        Seed of each run's initialisation and batches (ints >= 0). ``R`` is the longest
         of ``lr``, ``warmup``, ``seed``; length-1 values are repeated.
     layers, d, heads, vocab, n_tokens, batch, steps : int
     betas : (float, float)
+        Adam's decay rates, each in [0, 1).
     record : int
-        How many first updates to record in ``update``.
+        How many first updates to record in ``update`` (at most ``steps`` are).
 
     Returns
     -------
     TrainResult
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be 'post' or 'pre'; got {variant!r}")
+    as_choice(variant, "variant", VARIANTS)
     for name, v, lo in (("layers", layers, 1), ("d", d, 2), ("vocab", vocab, 2),
                         ("n_tokens", n_tokens, 2), ("batch", batch, 1), ("steps", steps, 1),
                         ("record", record, 0), ("heads", heads, 1)):
-        as_int_at_least(v, name, lo)
+        as_count(v, name, lo)
+    record = min(record, steps)  # no rows of zeros for updates that never happen
     R = max(np.size(lr), np.size(warmup), np.size(seed))
+    if R > 10**4:
+        raise ValueError(f"lr, warmup, seed must give at most 1e4 runs; got {R}")
     lrs, warm, seeds = (_as_runs(n, v, R) for n, v in
                         (("lr", lr), ("warmup", warmup), ("seed", seed)))
-    if np.any(lrs <= 0) or not np.all(np.isfinite(lrs)):
-        raise ValueError(f"lr must be finite and positive; got {lr!r}")
-    if np.any(warm < 0) or np.any(warm != np.round(warm)):
-        raise ValueError(f"warmup must be non-negative integers; got {warmup!r}")
-    if np.any(seeds != np.round(seeds)):
-        raise ValueError(f"seed must be integers; got {seed!r}")
-    b1, b2 = (as_positive_float(b, "betas") for b in betas)
+    if np.any(lrs <= 0) or np.any(lrs > 1) or not np.all(np.isfinite(lrs)):
+        raise ValueError(f"lr must be in (0, 1] (Adam moves every entry by about lr per "
+                         f"step); got {lr!r}")
+    if not np.all(np.isfinite(warm)) or np.any(warm < 0) or np.any(warm != np.round(warm)) \
+            or np.any(warm > 10**8):
+        raise ValueError(f"warmup must be integers in [0, 1e8]; got {warmup!r}")
+    if not np.all(np.isfinite(seeds)) or np.any(seeds < 0) or np.any(seeds != np.round(seeds)) \
+            or np.any(seeds >= 2**63):
+        raise ValueError(f"seed must be non-negative integers; got {seed!r}")
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise TypeError(f"betas must be a pair (beta_1, beta_2) of reals in [0, 1); got {betas!r}")
+    b1, b2 = (as_float_in(b, f"betas[{i}]", 0.0, 1.0, hi_open=True)
+              for i, b in enumerate(betas))
+    if layers * batch * n_tokens * max(d, n_tokens) * R > 10**9:
+        raise ValueError("layers * batch * n_tokens * max(d, n_tokens) * runs must be at "
+                         "most 1e9 (memory of the activations)")
     f32 = np.float32
 
     models = [init_model(layers, d, vocab, n_tokens, heads=heads, seed=int(s)) for s in seeds]

@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_int_at_least, as_real_array
+from ._validate import as_choice, as_count, as_real_array, as_seed, as_step
 from .collapse import relative_residual
-from .layernorm import _ln
+from .layernorm import _ln, _ln_plain_bwd
 from .softmax import softmax
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
@@ -73,7 +73,9 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
     d_ff : int, optional
         Hidden width of the FFN; defaults to ``4 * d``.
     seed : int, default 0
-        Seed of ``np.random.default_rng``.
+        Seed of ``np.random.default_rng`` (an int >= 0).
+
+    The model must fit in memory: at most 1e8 weights in all.
 
     Returns
     -------
@@ -84,13 +86,16 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
         zeros (d,); ``"b_1"``: zeros (d_ff,); ``"ln1_g"``, ``"ln2_g"``: ones (d,);
         ``"ln1_b"``, ``"ln2_b"``: zeros (d,). All float64.
     """
-    layers = as_int_at_least(layers, "layers", 1)
-    d = as_int_at_least(d, "d", 2)
-    heads = as_int_at_least(heads, "heads", 1)
+    layers = as_count(layers, "layers", 1)
+    d = as_count(d, "d", 2)
+    heads = as_count(heads, "heads", 1)
     if d % heads:
         raise ValueError(f"heads must divide d = {d}; got heads = {heads}")
-    d_ff = 4 * d if d_ff is None else as_int_at_least(d_ff, "d_ff", 1)
-    rng = np.random.default_rng(seed)
+    d_ff = 4 * d if d_ff is None else as_count(d_ff, "d_ff", 1)
+    if layers * d * (4 * d + 2 * d_ff) > 10**8:
+        raise ValueError(f"layers, d, d_ff must give at most 1e8 weights (memory); got "
+                         f"layers = {layers}, d = {d}, d_ff = {d_ff}")
+    rng = np.random.default_rng(as_seed(seed))
 
     def xavier(m: int, n: int) -> np.ndarray:
         a = math.sqrt(6.0 / (m + n))
@@ -110,21 +115,29 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
 # ---------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------
-def check_params(params: Any) -> int:
-    """Check the structure and shapes of ``params``; return the model dimension d."""
+def check_params(params: Any, name: str = "params") -> int:
+    """Check the structure, shapes and entries of ``params``; return the model dimension d.
+
+    Every array must be a finite real array (float or int; not bool, complex,
+    str or object); errors name the entry, e.g. ``params[0]['b_1']``.
+    """
     if not isinstance(params, (list, tuple)) or not params or not all(
             isinstance(p, dict) for p in params):
-        raise TypeError("params must be a non-empty list of dicts from init_params; got "
+        raise TypeError(f"{name} must be a non-empty list of dicts from init_params; got "
                         f"{type(params).__name__}")
-    d = np.shape(params[0].get("W_Q", np.zeros((0, 0))))[-1]
+    W_Q0 = as_real_array(params[0].get("W_Q", np.zeros((0, 0))), f"{name}[0]['W_Q']",
+                         min_ndim=2)
+    d = W_Q0.shape[-1]
     for i, p in enumerate(params):
         missing = [k for k in (*PARAM_NAMES, "heads") if k not in p]
         if missing:
-            raise ValueError(f"params[{i}] is missing {missing}")
+            raise ValueError(f"{name}[{i}] is missing {missing}")
+        for k in PARAM_NAMES:
+            as_real_array(p[k], f"{name}[{i}][{k!r}]")
         heads = p["heads"]
         if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1 \
                 or d % heads:
-            raise ValueError(f"params[{i}]['heads'] must be a positive int dividing d = {d}; "
+            raise ValueError(f"{name}[{i}]['heads'] must be a positive int dividing d = {d}; "
                              f"got {heads!r}")
         d_ff = np.shape(p["W_1"])[-1]
         want = {"W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d), "b_O": (d,),
@@ -133,21 +146,19 @@ def check_params(params: Any) -> int:
         for k, shape in want.items():
             got = np.shape(p[k])
             if got[len(got) - len(shape):] != shape or len(got) < len(shape):
-                raise ValueError(f"params[{i}][{k!r}] must have trailing shape {shape}; "
+                raise ValueError(f"{name}[{i}][{k!r}] must have trailing shape {shape}; "
                                  f"got shape {got}")
     return d
 
 
 def _check(params: Any, X: Any, variant: Any) -> np.ndarray:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be 'post' or 'pre'; got {variant!r}")
+    as_choice(variant, "variant", VARIANTS)
     d = check_params(params)
-    arr = np.asarray(X) if not isinstance(X, (str, bytes)) else X
-    checked = as_real_array(arr, "X", min_ndim=2)
+    checked = as_real_array(X, "X", min_ndim=2)
     if checked.shape[-1] != d:
         raise ValueError(f"X must have shape (..., N, d) with d = {d} to match params; "
                          f"got shape {checked.shape}")
-    return arr if arr.dtype == np.float32 else checked
+    return X if isinstance(X, np.ndarray) and X.dtype == np.float32 else checked
 
 
 # ---------------------------------------------------------------------------
@@ -215,22 +226,23 @@ def _ln_bwd(dout, cache, grads, gk, bk):
     return _ln_plain_bwd(dout * g, y, inv_s)
 
 
-def _ln_plain_bwd(dy, y, inv_s):
-    """J^T dy for LN without affine: (dy - mean dy - y mean(dy y)) / s."""
-    return inv_s * (dy - dy.mean(axis=-1, keepdims=True)
-                    - y * np.mean(dy * y, axis=-1, keepdims=True))
-
-
 def _attn_fwd(H, p):
     heads = int(p["heads"])
     Q, K, V = (_split(_linear(H, p[k]), heads) for k in ("W_Q", "W_K", "W_V"))
-    S = (Q @ np.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(Q.shape[-1]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = (Q @ np.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(Q.shape[-1]))
+    if not np.all(np.isfinite(S)):
+        raise ValueError(f"params and X must keep the attention logits finite; they overflow "
+                         f"the {S.dtype} range (X or the hidden states are too large for this "
+                         "variant; only Pre-LN normalises them before attention)")
     P = softmax(S, axis=-1).astype(H.dtype, copy=False)
     A = _merge(P @ V)
     return _linear(A, p["W_O"]) + p["b_O"], (H, Q, K, V, P, A)
 
 
 def _attn_bwd(dout, cache, p, grads):
+    from .layers.attention import softmax_jvp  # the one softmax derivative (import cycle)
+
     H, Q, K, V, P, A = cache
     heads = int(p["heads"])
     grads["W_O"] = _wgrad(A, dout, np.shape(p["W_O"]))
@@ -238,7 +250,7 @@ def _attn_bwd(dout, cache, p, grads):
     dA = _split(_linear(dout, np.swapaxes(p["W_O"], -1, -2)), heads)
     dP = dA @ np.swapaxes(V, -1, -2)
     dV = np.swapaxes(P, -1, -2) @ dA
-    dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True)) * (1.0 / math.sqrt(Q.shape[-1]))
+    dS = softmax_jvp(P, dP) * (1.0 / math.sqrt(Q.shape[-1]))
     dQ, dK = dS @ K, np.swapaxes(dS, -1, -2) @ Q
     dH = 0.0
     for k, dZ in (("W_Q", dQ), ("W_K", dK), ("W_V", dV)):
@@ -291,6 +303,23 @@ def _forward(params, X, variant, keep=True):
     return X, (caches, final), stream
 
 
+def _finite(arrays, what: str):
+    """Raise a clear error unless every array is finite (after an overflow)."""
+    for a in arrays:
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"params and X must keep the {what} finite; they overflow the "
+                             f"{a.dtype} range (expected weights and inputs of moderate size)")
+
+
+def _forward_checked(params, X, variant, keep=True):
+    """:func:`_forward` for the public functions: overflow becomes a clear ValueError
+    instead of warnings and inf/NaN outputs (training calls ``_forward`` itself)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = _forward(params, X, variant, keep)
+    _finite([out[0], *out[2]], "hidden states")
+    return out
+
+
 def _backward(params, caches, grad_out, variant):
     """Returns (grads, grad_X, dstream): dstream[l] is the gradient at stream[l]."""
     layer_caches, final = caches
@@ -333,9 +362,18 @@ def forward(params: Any, X: Any, *, variant: str) -> np.ndarray:
     Y : ndarray, shape (..., N, d)
         The last layer's output; for ``"pre"``, after the final LayerNorm.
         float32 if ``X`` and the parameters are float32, else float64.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad ``params`` (naming the entry, e.g. ``params[0]['b_1']``), ``X`` or
+        ``variant``; and a ValueError where the attention logits or the hidden
+        states overflow the dtype. Pre-LN handles ``X`` of any size within the range (its LayerNorms
+        rescale rows whose squares would overflow); Post-LN's logits grow like
+        ``|X|^2``, so it raises for ``|X|`` beyond about 1e154.
     """
     X = _check(params, X, variant)
-    return _forward(params, X, variant, keep=False)[0]
+    return _forward_checked(params, X, variant, keep=False)[0]
 
 
 def backward(params: Any, X: Any, grad_out: Any, *, variant: str
@@ -360,10 +398,13 @@ def backward(params: Any, X: Any, grad_out: Any, *, variant: str
     """
     X = _check(params, X, variant)
     G = as_real_array(grad_out, "grad_out", min_ndim=2)
-    _, caches, _ = _forward(params, X, variant)
+    _, caches, _ = _forward_checked(params, X, variant)
     if G.shape != X.shape:
         raise ValueError(f"grad_out must have the output's shape {X.shape}; got {G.shape}")
-    return _backward(params, caches, G.astype(X.dtype, copy=False), variant)[:2]
+    with np.errstate(over="ignore", invalid="ignore"):
+        grads, gX = _backward(params, caches, G.astype(X.dtype, copy=False), variant)[:2]
+    _finite([gX, *(g[k] for g in grads for k in PARAM_NAMES)], "gradients")
+    return grads, gX
 
 
 def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
@@ -377,7 +418,7 @@ def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
         residual stream's growth.
     """
     X = _check(params, X, variant)
-    return _forward(params, X, variant, keep=False)[2]
+    return _forward_checked(params, X, variant, keep=False)[2]
 
 
 def attention_inputs(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
@@ -399,7 +440,7 @@ def attention_inputs(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
     inputs : list of L ndarrays, shape (..., N, d)
     """
     X = _check(params, X, variant)
-    return [layer[0][0] for layer in _forward(params, X, variant)[1][0]]
+    return [layer[0][0] for layer in _forward_checked(params, X, variant)[1][0]]
 
 
 def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
@@ -422,11 +463,17 @@ def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
     """
     if not isinstance(models, (list, tuple)) or not models:
         raise TypeError("models must be a non-empty sequence of params")
-    for m in models:
-        check_params(m)
-    batch_axes = as_int_at_least(batch_axes, "batch_axes", 0)
+    for i, m in enumerate(models):
+        check_params(m, f"models[{i}]")
+    batch_axes = as_count(batch_axes, "batch_axes", 0, 32)
     if len({len(m) for m in models}) != 1:
-        raise ValueError("models must all have the same number of layers")
+        raise ValueError("models must all have the same number of layers; got "
+                         f"{[len(m) for m in models]}")
+    for l_, layer in enumerate(zip(*models, strict=True)):
+        heads = [int(p["heads"]) for p in layer]
+        if len(set(heads)) != 1:
+            raise ValueError(f"models must have the same heads in each layer; got heads = "
+                             f"{heads} in layer {l_}")
     out = []
     for layer in zip(*models, strict=True):
         p: dict[str, Any] = {"heads": layer[0]["heads"]}
@@ -444,15 +491,35 @@ def gradient_check(params: Any, X: Any, *, variant: str, seed: int = 0,
 
     The loss is a random linear read-out ``sum(G * forward(params, X))``; every
     entry of every parameter and of ``X`` is perturbed by ``±h`` (cost: two
-    forward passes per entry, so use a tiny model).
+    forward passes per entry, so use a tiny model: at most 1e5 entries).
+
+    Parameters
+    ----------
+    params : list of dict
+    X : array_like, shape (..., N, d)
+    variant : {"post", "pre"}
+    seed : int, default 0
+        Seed of the read-out ``G`` (an int >= 0).
+    h : float, default 1e-6
+        The finite-difference step: positive, and at least 1e-12 times the
+        largest entry of ``params`` and ``X`` (if that exceeds 1), since a smaller
+        step leaves only rounding noise.
 
     Returns
     -------
     float
         max |backward - finite difference| over all entries, divided by the
-        largest gradient entry.
+        largest gradient entry (not divided when every gradient entry is 0).
     """
     X = np.array(_check(params, X, variant), dtype=float)
+    seed = as_seed(seed)
+    size = X.size + sum(np.size(p[k]) for p in params for k in PARAM_NAMES)
+    if size > 10**5:
+        raise ValueError(f"params and X must have at most 1e5 entries in all for "
+                         f"gradient_check (two forward passes each); got {size}")
+    big = max(float(np.max(np.abs(X))),
+              *(float(np.max(np.abs(p[k]), initial=0.0)) for p in params for k in PARAM_NAMES))
+    h = as_step(h, "h", big)
     G = np.random.default_rng(seed).standard_normal(X.shape)
     params = [{k: (v if k == "heads" else np.array(v, dtype=float)) for k, v in p.items()}
               for p in params]
@@ -469,7 +536,7 @@ def gradient_check(params: Any, X: Any, *, variant: str, seed: int = 0,
             arr[idx] = old
             worst = max(worst, abs((up - down) / (2 * h) - g[idx]))
         scale = max(scale, float(np.abs(g).max()))
-    return worst / scale
+    return worst / scale if scale > 0 else worst
 
 
 def token_diversity(X: Any) -> np.ndarray:

@@ -39,6 +39,7 @@ __all__ = [
     "IDENTITY",
     "tokens",
     "castin_code_bound",
+    "two_sided_constant_mp",
     "GrowthCurves",
     "growth_curves",
     "fig_t_growth",
@@ -324,14 +325,7 @@ class LipschitzExplorer(Explorer):
         ax.set_ylabel("local Lipschitz constant")
         ax.legend(loc="upper left", fontsize=8, ncol=2)
         self._title = fig.suptitle(" ", fontsize=9)
-        self._img = ax_p.imshow(np.zeros((4, 4)), vmin=0, vmax=1, cmap="viridis",
-                                extent=(0, 1, 1, 0), interpolation="none", aspect="auto")
-        ax_p.set_xticks([0, 1])
-        ax_p.set_xticklabels(["key 1", "key N"])
-        ax_p.set_yticks([0, 1])
-        ax_p.set_yticklabels(["query 1", "query N"])
-        fig.colorbar(self._img, ax=ax_p, fraction=0.05, pad=0.02, label="attention weight")
-        ax_p.set_title("attention matrix P", fontsize=9.5)
+        self._img = plotting.attention_panel(fig, ax_p, "attention matrix P", fontsize=9.5)
         return [*self._lines.values(), self._kim, self._dot, self._title, self._img]
 
     def update(self, t: float, N: int, config: str) -> None:
@@ -395,3 +389,35 @@ def cost_html(rows: list[dict]) -> str:
         cells = (r["N"], r["d"], mem, dense, f"{r['lanczos_s'] * 1e3:.3g} ms", r["products"], rel)
         out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return "".join(out) + "</tbody></table>"
+
+
+def two_sided_constant_mp(t: float, dps: int = 60):
+    r""":math:`L(X_t)` on :math:`X_t = t(0, e_1, -e_1)` (d = 2, identity weights) in mpmath.
+
+    An independent reference for Chapter 6's expansion
+    :math:`L = (\sqrt2/3)t^2 + \frac13 + O(t^{-2})`: the Jacobian splits into the
+    3 x 3 block :math:`P` (second coordinates) and the Jacobian
+    :math:`M_{ik} = P_{ik} + a\delta_{ik} v_i + a x_i P_{ik}(x_k - m_i)` of the
+    one-dimensional map :math:`x \mapsto P(x)x` (first coordinates), with
+    :math:`a = 1/\sqrt2`, and :math:`L = \max(\|M\|_2, \|P\|_2)`, computed with
+    ``dps`` digits.
+
+    Returns
+    -------
+    mpmath.mpf
+    """
+    import mpmath
+
+    t = as_positive_float(t, "t", allow_zero=True)
+    dps = as_int_at_least(dps, "dps", 15)
+    with mpmath.workdps(dps):
+        a = 1 / mpmath.sqrt(2)
+        x = [mpmath.mpf(0), mpmath.mpf(t), -mpmath.mpf(t)]
+        rng = range(3)
+        E = [[mpmath.exp(a * xi * xj) for xj in x] for xi in x]
+        P = [[E[i][j] / mpmath.fsum(E[i]) for j in rng] for i in rng]
+        m = [mpmath.fsum(P[i][j] * x[j] for j in rng) for i in rng]
+        v = [mpmath.fsum(P[i][j] * (x[j] - m[i]) ** 2 for j in rng) for i in rng]
+        M = [[P[i][k] + a * (i == k) * v[i] + a * x[i] * P[i][k] * (x[k] - m[i])
+              for k in rng] for i in rng]
+        return max(max(mpmath.svd_r(mpmath.matrix(B), compute_uv=False)) for B in (M, P))

@@ -11,13 +11,16 @@ from functools import lru_cache
 
 import numpy as np
 from matplotlib.figure import Figure
+from scipy.sparse.linalg import aslinearoperator
 
 from .. import plotting
-from .._validate import as_int_at_least, as_positive_float
+from .._validate import as_int_at_least, as_positive_float, as_real_array
+from ..lipschitz import golub_kahan_norm
 from ..spectral import (
     entropy_floor,
     lanczos_cost,
     matrix_with_spectrum,
+    pattern_bound,
     power_iteration,
     predicted_error,
     product_bound,
@@ -32,10 +35,16 @@ __all__ = [
     "fig_intuition",
     "rate_experiment",
     "fig_rate",
+    "power_to_residual",
+    "kps_steps",
     "cost_experiment",
     "fig_cost",
     "random_mlp",
+    "relu_mlp_search",
+    "paired_pattern_bound",
     "mlp_bounds",
+    "pytorch_eval_sigma",
+    "sn_weight_vjp",
     "fig_mlp",
     "tracking_summary",
     "fig_tracking",
@@ -47,6 +56,9 @@ __all__ = [
 
 #: Floor of log axes for errors that are exactly 0 (converged to rounding).
 _ERR_FLOOR = 1e-17
+#: Rounding level of a computed 1 - sigma_hat^2 with sigma_1 = 1: a few units
+#: of float64 rounding (drawn up to 1e-15, about 4.5 eps).
+ROUNDING_LEVEL = 1e-15
 
 
 def _rel_err(sig_sq_err: np.ndarray) -> np.ndarray:
@@ -159,7 +171,8 @@ def rate_experiment(rhos=(0.5, 0.8, 0.95), iters: int = 60, seed: int = 0) -> di
 
 def fig_rate(data: dict) -> Figure:
     """Measured 1 - sigma_hat^2/sigma_1^2 against k (log axis), with the bound
-    tan^2(theta_0) rho^(4k-2) dashed."""
+    tan^2(theta_0) rho^(4k-2) dashed and the rounding level shaded (errors
+    computed in float64 cannot fall below it, so the bound holds only above)."""
     fig, ax = plotting.figure(width=8.4, height=3.3)
     k = data["k"]
     for i, rho in enumerate(data["rhos"]):
@@ -168,7 +181,9 @@ def fig_rate(data: dict) -> Figure:
                     label=rf"$\rho = {rho}$: slope {data['slope'][rho] / math.log(rho):.2f}"
                           r"$\,\log\rho$")
         ax.semilogy(k, data["tan2"][rho] * rho ** (4.0 * k - 2), "--", color=c, lw=1)
-    ax.set_ylim(1e-16, 10)
+    ax.axhspan(_ERR_FLOOR, ROUNDING_LEVEL, color=plotting.ONE_COLOR, alpha=0.25, lw=0,
+               label="rounding level")
+    ax.set_ylim(_ERR_FLOOR, 10)
     ax.set_xlim(0, k[-1] + 1)
     ax.set_xlabel("step $k$ (2 products with $A$ or $A^\\top$ each)")
     ax.set_ylabel(r"$1 - \hat\sigma_k^2/\sigma_1^2$ (log)")
@@ -181,49 +196,147 @@ def fig_rate(data: dict) -> Figure:
 # --------------------------------------------------------------------------
 # Power iteration against Lanczos
 # --------------------------------------------------------------------------
+def power_to_residual(A, tol: float, max_iters: int = 100_000, seed: int = 0) -> dict:
+    r"""Power iteration stopped by a residual certificate, as Lanczos is.
+
+    After step k (:math:`u_k = Av_k/\hat\sigma_k` exactly), the residual
+    :math:`r_k = \|A^\top u_k - \hat\sigma_k v_k\|` certifies that some
+    singular value of A lies within :math:`r_k` of :math:`\hat\sigma_k`. The run
+    stops at the first k with :math:`r_k \le \text{tol}\cdot\hat\sigma_k`.
+
+    Parameters
+    ----------
+    A : array_like, shape (m, n)
+    tol : float
+        Relative residual tolerance, positive.
+    max_iters : int
+        Raise if the certificate is not reached in this many steps.
+    seed : int
+        Seed of the random start (as in :func:`lipattn.spectral.power_iteration`).
+
+    Returns
+    -------
+    dict
+        ``sigma`` (the estimate), ``residual`` (:math:`r_k`), ``steps`` (k) and
+        ``products``: :math:`2k + 1` products with A or :math:`A^\top` (the
+        residual's :math:`A^\top u_k` is the next step's first product).
+    """
+    A = as_real_array(A, "A", ndim=2)
+    tol = as_positive_float(tol, "tol")
+    max_iters = as_int_at_least(max_iters, "max_iters", 1)
+    u = np.random.default_rng(seed).standard_normal(A.shape[0])
+    for k in range(1, max_iters + 1):
+        run = power_iteration(A, 1, u0=u)
+        u, sigma = run.u, float(run.sigma[0])
+        res = float(np.linalg.norm(A.T @ u - sigma * run.v))
+        if res <= tol * sigma:
+            return {"sigma": sigma, "residual": res, "steps": k, "products": 2 * k + 1}
+    raise ValueError(f"max_iters = {max_iters} steps did not reach the residual tolerance "
+                     f"tol = {tol}; raise max_iters")
+
+
+def kps_steps(gamma: float, tan2: float, rtol: float) -> int:
+    r"""Lanczos steps after which the Kaniel–Paige–Saad bound guarantees
+    :math:`(\lambda_1 - \theta_k)/(\lambda_1 - \lambda_n) \le` ``rtol``.
+
+    The bound (proved in the chapter) is
+    :math:`\tan^2\theta_0 / T_{k-1}(1 + 2\gamma)^2`, with
+    :math:`T_j(1 + 2\gamma) = \cosh(2j\,\operatorname{arsinh}\sqrt\gamma)`.
+
+    Parameters
+    ----------
+    gamma : float
+        :math:`(\lambda_1 - \lambda_2)/(\lambda_2 - \lambda_n) > 0`.
+    tan2 : float
+        :math:`\tan^2\theta_0 \ge 0` of the start.
+    rtol : float
+        Target, positive.
+
+    Returns
+    -------
+    int
+        The smallest k >= 1 at which the bound is at most ``rtol``.
+    """
+    gamma = as_positive_float(gamma, "gamma")
+    tan2 = as_positive_float(tan2, "tan2", allow_zero=True)
+    rtol = as_positive_float(rtol, "rtol")
+    if tan2 <= rtol:
+        return 1
+    # cosh(2 j a) >= sqrt(tan2 / rtol)  <=>  j >= arcosh(sqrt(tan2/rtol)) / (2a)
+    j = math.acosh(math.sqrt(tan2 / rtol)) / (2 * math.asinh(math.sqrt(gamma)))
+    return 1 + math.ceil(j)
+
+
 def cost_experiment(gaps=None, rtol: float = 1e-8, n: int = 400, seed: int = 0) -> dict:
-    """Products with A or A^T to reach relative error ``rtol`` in sigma_1, against
-    the gap 1 - sigma_2/sigma_1, for power iteration (2 per step) and for
-    ``svds`` (ARPACK Lanczos, tolerance ``rtol``), on n x n matrices with
-    sigma_1 = 1, sigma_2 = 1 - gap and the rest uniform in [0, sigma_2)."""
+    """Products with A or A^T against the gap 1 - sigma_2/sigma_1, on n x n matrices
+    with sigma_1 = 1, sigma_2 = 1 - gap and the rest uniform in [0, sigma_2).
+
+    Like with like: every method stops on the same certificate, a singular-triplet
+    residual at most ``rtol`` times the estimate (some singular value lies within
+    rtol * sigma of the estimate):
+
+    * ``power``: :func:`power_to_residual`;
+    * ``gkl``: the book's Golub–Kahan–Lanczos,
+      :func:`lipattn.lipschitz.golub_kahan_norm` with ``tol=rtol``;
+    * ``svds``: scipy's ARPACK at ``tol=sqrt(rtol)`` (scipy passes ``tol**2`` to
+      ``eigsh`` on the Gram operator, whose residual is sigma times the triplet's),
+      by :func:`lipattn.spectral.lanczos_cost`; its counts come in restart cycles.
+
+    Also ``power_err``: products for power iteration to reach the true relative
+    error ``rtol`` (not certifiable without knowing sigma_1), and ``kps``: twice
+    the Lanczos steps after which the Kaniel–Paige–Saad bound guarantees a
+    relative error ``rtol`` in sigma_1^2 from this start. ``err_*`` are the
+    actual errors 1 - sigma_hat.
+    """
     gaps = np.geomspace(2e-3, 0.5, 7) if gaps is None else np.asarray(gaps, float)
     rtol = as_positive_float(rtol, "rtol")
     n = as_int_at_least(n, "n", 4)
-    power, lanczos, lanczos_err = [], [], []
+    keys = ("power", "gkl", "svds", "power_err", "kps", "err_power", "err_gkl", "err_svds")
+    out = {k: [] for k in keys}
     # one pair of random orthogonal factors for every gap (two QRs, not 2 per gap)
     base = matrix_with_spectrum(np.ones(n), seed=seed)       # = U V^T
     U = np.linalg.qr(np.random.default_rng(seed + 1).standard_normal((n, n)))[0]
     V = base.T @ U                                            # orthogonal too
+    v0 = np.random.default_rng(seed).standard_normal(n)      # golub_kahan_norm's start
+    c = V.T @ v0                                              # its components on v_i
+    tan2 = float(np.sum(c[1:] ** 2) / c[0] ** 2)
     for gap in gaps:
         rho = 1 - gap
         s = np.r_[1.0, rho, np.linspace(rho, 0.0, n - 1)[1:]]
         A = (U * s) @ V.T
-        # enough steps for the bound tan^2 rho^(4k-2) <= rtol with tan^2 <= 1e4
+        pw = power_to_residual(A, rtol, seed=seed)
+        sg, prod = golub_kahan_norm(aslinearoperator(A), tol=rtol, seed=seed)
+        m, sv = lanczos_cost(A, math.sqrt(rtol), seed=seed)
         iters = int(min(40_000, 2 + math.log(rtol / 1e4) / (4 * math.log(rho))))
         k = steps_to_tolerance(power_iteration(A, iters, seed=seed).sigma, 1.0, rtol)
-        power.append(np.nan if k is None else 2 * k)
-        m, sig = lanczos_cost(A, rtol, seed=seed)
-        lanczos.append(m)
-        lanczos_err.append(1 - sig)
-    return {"gap": gaps, "power": np.array(power, float), "lanczos": np.array(lanczos, float),
-            "lanczos_err": np.array(lanczos_err), "rtol": rtol}
+        for key, val in (("power", pw["products"]), ("gkl", prod), ("svds", m),
+                         ("power_err", np.nan if k is None else 2 * k),
+                         ("kps", 2 * kps_steps((1 - rho**2) / rho**2, tan2, rtol)),
+                         ("err_power", 1 - pw["sigma"]), ("err_gkl", 1 - sg),
+                         ("err_svds", 1 - sv)):
+            out[key].append(val)
+    return {"gap": gaps, "rtol": rtol, "tan2": tan2,
+            **{k: np.array(v, float) for k, v in out.items()}}
 
 
 def fig_cost(data: dict) -> Figure:
-    """Matrix-vector products against the gap, log-log, with 1/gap and
-    1/sqrt(gap) guides."""
-    fig, ax = plotting.figure(width=8.4, height=3.3)
+    """Matrix-vector products against the gap, log-log: the three methods at the
+    same residual certificate, power iteration to the true error (dotted), and
+    the Kaniel–Paige–Saad guarantee (dashed)."""
+    fig, ax = plotting.figure(width=8.4, height=3.4)
     g = data["gap"]
     ax.loglog(g, data["power"], "o-", color="C1", label="power iteration")
-    ax.loglog(g, data["lanczos"], "s-", color="C0", label="Lanczos (scipy svds)")
-    ax.loglog(g, data["power"][-1] * g[-1] / g, ":", color="C1", lw=1,
-              label=r"$\propto 1/\mathrm{gap}$")
-    ax.loglog(g, data["lanczos"][0] * np.sqrt(g[0] / g), ":", color="C0", lw=1,
-              label=r"$\propto 1/\sqrt{\mathrm{gap}}$")
+    ax.loglog(g, data["power_err"], ":", color="C1", lw=1.2,
+              label="power, true error (uncertified)")
+    ax.loglog(g, data["gkl"], "s-", color="C0", label="Golub–Kahan–Lanczos (book)")
+    ax.loglog(g, data["svds"], "^-", color="C2", label="scipy svds (ARPACK, restarted)")
+    ax.loglog(g, data["kps"], "--", color="C0", lw=1,
+              label="Lanczos: Chebyshev guarantee\nfor true error (KPS)")
     ax.set_xlabel(r"gap $1 - \sigma_2/\sigma_1$ (log)")
     ax.set_ylabel("products with $A$ or $A^\\top$ (log)")
-    ax.set_title(f"products to reach relative error {data['rtol']:.0e}", fontsize=10)
-    ax.legend(loc="upper right", fontsize=8.5)
+    ax.set_title(f"products to a certified residual {data['rtol']:.0e}" r"$\cdot\hat\sigma$",
+                 fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return fig
 
 
@@ -237,34 +350,132 @@ def random_mlp(widths, seed: int = 0) -> list[np.ndarray]:
             for a, b in zip(widths[:-1], widths[1:], strict=True)]
 
 
-def mlp_bounds(depths=range(1, 9), width: int = 16, samples: int = 4000, seed: int = 0) -> dict:
+def relu_mlp_search(weights, restarts: int = 2, gens: int = 120, pool: int = 2000,
+                    seed: int = 0) -> tuple[float, np.ndarray]:
+    """A lower bound on the Lipschitz constant of a bias-free ReLU network by
+    search: the exact ||J(x)||_2 (:func:`lipattn.spectral.relu_mlp_jacobian_norms`)
+    maximised over directions x by an evolutionary hill climb.
+
+    Each restart keeps the best 8 of ``pool`` random directions, and for ``gens``
+    generations perturbs each 32 times (Gaussian steps shrinking from 0.5 by 3 %
+    a generation), keeping the best 8. ||J|| is piecewise constant, so there is
+    no gradient to follow. The result is a value attained at a point (a proven
+    lower bound on Lip(f)), not a certified maximum.
+
+    Parameters
+    ----------
+    weights : list of ndarray, see :func:`lipattn.spectral.product_bound`
+    restarts, gens, pool : int
+    seed : int
+
+    Returns
+    -------
+    best : float
+        The largest ||J(x)||_2 found.
+    x : ndarray, shape (d_0,)
+        A unit direction attaining it.
+    """
+    restarts = as_int_at_least(restarts, "restarts", 1)
+    gens = as_int_at_least(gens, "gens", 0)
+    pool = as_int_at_least(pool, "pool", 8)
+    product_bound(weights)                      # validates the list of weights
+    d = np.shape(weights[0])[0]
+    best, best_x = -1.0, None
+    for r in range(restarts):
+        rng = np.random.default_rng([seed, r])
+        X = rng.standard_normal((pool, d))
+        val = relu_mlp_jacobian_norms(weights, X)
+        keep = np.argsort(val)[-8:]
+        X, val = X[keep] / np.linalg.norm(X[keep], axis=1, keepdims=True), val[keep]
+        step = 0.5
+        for _ in range(gens):
+            C = (X[:, None, :] + step * rng.standard_normal((8, 32, d))).reshape(-1, d)
+            C /= np.linalg.norm(C, axis=1, keepdims=True)
+            allX, allv = np.vstack([X, C]), np.r_[val, relu_mlp_jacobian_norms(weights, C)]
+            keep = np.argsort(allv)[-8:]
+            X, val = allX[keep], allv[keep]
+            step = max(0.97 * step, 1e-3)
+        if val[-1] > best:
+            best, best_x = float(val[-1]), X[-1]
+    return best, best_x
+
+
+def paired_pattern_bound(weights) -> float:
+    r"""A certified upper bound on the Lipschitz constant of a bias-free ReLU
+    network, between it and the product of spectral norms: split
+    :math:`W_1 D_1 W_2 D_2 W_3 \cdots` into pairs :math:`W_{2i-1} D_{2i-1} W_{2i}`
+    (each maximised over all its 0/1 diagonals by
+    :func:`lipattn.spectral.pattern_bound`) and bound the diagonals between the
+    pairs by 1. A lone last layer contributes its spectral norm.
+
+    Parameters
+    ----------
+    weights : list of ndarray, see :func:`lipattn.spectral.product_bound`
+        Each pair's middle width at most 16.
+
+    Returns
+    -------
+    float
+    """
+    out = 1.0
+    for i in range(0, len(weights), 2):
+        out *= pattern_bound(list(weights[i:i + 2]))
+    return float(out)
+
+
+def mlp_bounds(depths=range(1, 9), width: int = 16, samples: int = 4000, seed: int = 0,
+               search: bool = False) -> dict:
     """For networks of each depth (``width`` units per layer): the product of
     spectral norms and the largest ||J(x)||_2 over ``samples`` random inputs
     (a lower bound on the Lipschitz constant; the network is positively
-    homogeneous, so directions suffice)."""
+    homogeneous, so directions suffice). With ``search``, also ``searched``:
+    the larger lower bound of :func:`relu_mlp_search`."""
     depths = list(depths)
-    prod, sampled = [], []
+    prod, sampled, searched = [], [], []
     x = np.random.default_rng(seed + 999).standard_normal((samples, width))
     for L in depths:
         ws = random_mlp([width] * (L + 1), seed=seed + L)
         prod.append(product_bound(ws))
         sampled.append(float(relu_mlp_jacobian_norms(ws, x).max()))
-    return {"depth": np.array(depths), "product": np.array(prod), "sampled": np.array(sampled)}
+        if search:
+            searched.append(max(sampled[-1], relu_mlp_search(ws, seed=seed + L)[0]))
+    out = {"depth": np.array(depths), "product": np.array(prod), "sampled": np.array(sampled)}
+    if search:
+        out["searched"] = np.array(searched)
+    return out
 
 
 def fig_mlp(data: dict) -> Figure:
+    """Product of spectral norms against the largest sampled (and, with
+    ``data["searched"]``, found) Jacobian norm; ``data["upper"]``, optional, maps
+    depths to certified upper bounds (:func:`paired_pattern_bound`)."""
+    best = data.get("searched", data["sampled"])
+    what = "largest found" if "searched" in data else "largest sampled"
     fig, (ax, ax2) = plotting.figure(2, width=8.4, height=3.2)
     d = data["depth"]
     ax.semilogy(d, data["product"], "o-", color="C1", label=r"$\prod_l \|W_l\|_2$")
-    ax.semilogy(d, data["sampled"], "s-", color="C0", label=r"largest sampled $\|J(x)\|_2$")
+    if "searched" in data:
+        ax.semilogy(d, data["sampled"], ":", color="C0", lw=1,
+                    label=r"largest sampled $\|J(x)\|_2$")
+    ax.semilogy(d, best, "s-", color="C0", label=rf"{what} $\|J(x)\|_2$")
+    upper = data.get("upper", {})
+    if upper:
+        du = np.array(sorted(upper))
+        uv = np.array([upper[k] for k in du])
+        ax.semilogy(du, uv, "v", color="k", ms=7, label="certified upper bound")
+        prod_u = data["product"][np.searchsorted(d, du)]
+        ax2.semilogy(du, prod_u / uv, "v", color="C3", ms=7,
+                     label="product / certified upper bound")
     ax.set_xlabel("depth (layers)")
     ax.set_ylabel("norm (log)")
-    ax.legend(loc="upper left")
-    ax.set_title("the bound and the truth", fontsize=10)
-    ax2.semilogy(d, data["product"] / data["sampled"], "o-", color="k")
+    ax.legend(loc="upper left", fontsize=8.5)
+    ax.set_title("the bound and a lower bound on the truth", fontsize=10)
+    ax2.semilogy(d, data["product"] / best, "o-", color="k",
+                 label=f"product / {what}")
     ax2.set_xlabel("depth (layers)")
-    ax2.set_ylabel("ratio (log)")
-    ax2.set_title("looseness of the product bound", fontsize=10)
+    ax2.set_ylabel("looseness of the product (log)")
+    ax2.set_title("at most (dots) and at least (triangle) this loose", fontsize=10)
+    ax2.legend(loc="upper left", fontsize=8)
     return fig
 
 
@@ -319,6 +530,63 @@ def fig_tracking(summary: dict) -> Figure:
     ax.set_title("how far spectral normalisation undershoots while W moves", fontsize=10)
     ax.legend(loc="lower right", fontsize=8.5)
     return fig
+
+
+def pytorch_eval_sigma(W, u, v) -> float:
+    r"""The estimate PyTorch's spectral normalisation uses in eval mode:
+    :math:`\hat\sigma = u^\top W v` with the stored u and v and no power step
+    (``torch.nn.utils.parametrizations.spectral_norm`` and the legacy
+    ``torch.nn.utils.spectral_norm`` alike). For unit u, v,
+    :math:`|u^\top W v| \le \sigma_1(W)`; it can be far below, even negative.
+
+    Parameters
+    ----------
+    W : array_like, shape (m, n)
+    u : array_like, shape (m,), unit
+    v : array_like, shape (n,), unit
+
+    Returns
+    -------
+    float
+    """
+    W = as_real_array(W, "W", ndim=2)
+    u = as_real_array(u, "u", ndim=1)
+    v = as_real_array(v, "v", ndim=1)
+    if u.shape != (W.shape[0],) or v.shape != (W.shape[1],):
+        raise ValueError(f"u and v must have shapes ({W.shape[0]},) and ({W.shape[1]},) to "
+                         f"match W; got {u.shape} and {v.shape}")
+    return float(u @ W @ v)
+
+
+def sn_weight_vjp(W, u, v, G) -> np.ndarray:
+    r"""The gradient that spectral normalisation passes to W, with u and v held
+    constant (Miyato et al.'s treatment; PyTorch computes u, v under no_grad):
+
+    .. math:: \frac{\partial L}{\partial W}
+       = \frac{G - \langle G, W_{SN}\rangle\, u v^\top}{\hat\sigma},
+       \qquad W_{SN} = W/\hat\sigma,\ \hat\sigma = u^\top W v,
+
+    where :math:`G = \partial L/\partial W_{SN}`. Exact for this map.
+
+    Parameters
+    ----------
+    W : array_like, shape (m, n)
+    u : array_like, shape (m,)
+    v : array_like, shape (n,)
+    G : array_like, shape (m, n)
+
+    Returns
+    -------
+    ndarray, shape (m, n)
+    """
+    sigma = pytorch_eval_sigma(W, u, v)
+    G = as_real_array(G, "G", ndim=2)
+    W = np.asarray(W, float)
+    if G.shape != W.shape:
+        raise ValueError(f"G must have the shape of W, {W.shape}; got {G.shape}")
+    if sigma == 0.0:
+        raise ValueError("W, u, v must have u^T W v != 0; got 0")
+    return (G - np.sum(G * W / sigma) * np.outer(u, v)) / sigma
 
 
 # --------------------------------------------------------------------------

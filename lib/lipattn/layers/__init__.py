@@ -1,0 +1,29 @@
+r"""The layers of real Transformers, each written once with its forward, jvp and vjp.
+
+- :mod:`~lipattn.layers.base` -- the layer protocol, :class:`Sequential`,
+  :class:`Residual`, and :func:`layer_lipschitz` (the exact local constant of
+  any layer);
+- :mod:`~lipattn.layers.attention` -- masked multi-head self-attention with
+  biases, grouped-query heads and RoPE, each head at its own size;
+- :mod:`~lipattn.layers.rope` -- rotary position embeddings (Hugging Face's
+  ``rotate_half`` convention);
+- :mod:`~lipattn.layers.norms` -- LayerNorm with gain and bias, RMSNorm;
+- :mod:`~lipattn.layers.mlp` and :mod:`~lipattn.layers.activations` -- the
+  GPT-2 MLP, the SiLU-gated MLP, and ReLU, GELU (tanh) and SiLU.
+
+Layers work on one sequence, ``X`` of shape (N, d), in the dtype of their
+weights and inputs; they do not validate (the models and the public functions
+of :mod:`lipattn.lipschitz` do). The models built from them live in
+:mod:`lipattn.models`.
+"""
+
+from .activations import ACTIVATIONS, gelu_new, relu, silu
+from .attention import MultiHeadAttention, softmax_jvp
+from .base import Layer, Residual, Sequential, layer_lipschitz
+from .mlp import MLP, GatedMLP
+from .norms import LayerNorm, RMSNorm
+from .rope import rope, rope_tables, rope_transpose
+
+__all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "MultiHeadAttention",
+           "softmax_jvp", "LayerNorm", "RMSNorm", "MLP", "GatedMLP", "ACTIVATIONS", "relu",
+           "gelu_new", "silu", "rope", "rope_tables", "rope_transpose"]

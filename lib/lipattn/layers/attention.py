@@ -1,0 +1,217 @@
+r"""Multi-head self-attention with masks, biases, grouped-query heads and RoPE.
+
+Tokens are rows: ``X`` has shape (N, d). With ``h`` query heads of size
+``d_h`` and ``h_kv`` key/value heads (``h_kv`` divides ``h``; query head
+``i`` uses key/value head ``i // (h / h_kv)``, as Hugging Face's
+``repeat_kv``),
+
+.. math::
+
+    Q = X W_Q + b_Q,\quad K = X W_K + b_K,\quad V = X W_V + b_V, \qquad
+    S_i = \frac{R(Q_i)\, R(K_{i'})^\top}{\sqrt{d_h}}, \qquad
+    P_i = \operatorname{softmax}_{\text{rows}}(S_i \text{ masked}),
+
+    f(X) = [P_1 V_{1'}, \dots, P_h V_{h'}]\, W_O + b_O ,
+
+with :math:`Q_i` the i-th column block of width ``d_h``, :math:`R` the RoPE
+rotation (:mod:`lipattn.layers.rope`, optional) and masked logits set to
+:math:`-\infty` (probability exactly 0). ``W_O=None`` returns the
+concatenated heads (the book's single head :math:`P X W_V`).
+
+Each head is computed at its own size: Q, K, V are (heads, N, d_h) arrays
+and every product is a batched matmul (no loop over heads or tokens); a
+group of query heads sharing a key/value head is one matmul.
+
+The differential at X in the direction E (biases drop out):
+:math:`\dot S_i = (R(\dot Q_i) R(K)^\top + R(Q_i) R(\dot K)^\top)/\sqrt{d_h}`,
+:math:`\dot P_i = J(P_i)[\dot S_i]` row-wise (:func:`softmax_jvp`),
+:math:`\dot O_i = \dot P_i V + P_i \dot V`, and the vjp is its adjoint.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._validate import as_int_at_least, as_positive_float
+from ..attention import as_mask
+from ..softmax import softmax
+from .base import check_input, weight
+from .rope import rope, rope_tables, rope_transpose
+
+__all__ = ["MultiHeadAttention", "softmax_jvp"]
+
+
+def softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
+    """Row-wise :math:`J(p) \\dot s = p \\odot (\\dot s - p^\\top \\dot s)` for P = softmax(S).
+
+    Also the vjp (the softmax Jacobian is symmetric). Masked entries (P = 0)
+    get 0 whatever ``dS`` holds there.
+    """
+    return P * (dS - np.sum(P * dS, axis=-1, keepdims=True))
+
+
+class MultiHeadAttention:
+    """Masked multi-head self-attention (see the module docstring).
+
+    Parameters
+    ----------
+    W_Q : ndarray, shape (d, h * d_h)
+    W_K : ndarray, shape (d, h_kv * d_h)
+    W_V : ndarray, shape (d, h_kv * d_v)
+    W_O : ndarray, shape (h * d_v, d_out), or None
+    n_head, n_kv_head : int
+        ``h`` and ``h_kv`` (default ``h``).
+    b_Q, b_K, b_V, b_O : ndarray or None
+        Biases of the matching widths.
+    mask : None, "causal" or bool ndarray (N, N)
+        True = may attend (:func:`lipattn.attention.as_mask`, checked against
+        N at every forward pass).
+    rope_theta : float or None
+        RoPE base (even ``d_h``), or None for no rotary embedding.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: shapes that do not match, head counts that do not
+        divide, non-finite weights.
+    """
+
+    def __init__(self, W_Q, W_K, W_V, W_O=None, *, n_head: int = 1, n_kv_head: int | None = None,
+                 b_Q=None, b_K=None, b_V=None, b_O=None, mask=None,
+                 rope_theta: float | None = None) -> None:
+        self.n_head = h = as_int_at_least(n_head, "n_head", 1)
+        self.n_kv_head = h_kv = h if n_kv_head is None else as_int_at_least(n_kv_head,
+                                                                            "n_kv_head", 1)
+        if h % h_kv:
+            raise ValueError(f"n_kv_head must divide n_head = {h}; got n_kv_head = {h_kv}")
+        self.W_Q = weight(W_Q, "W_Q", (None, None))
+        d, q = self.W_Q.shape
+        if q % h:
+            raise ValueError(f"W_Q must have n_head * d_h columns (n_head = {h}); got shape "
+                             f"{self.W_Q.shape}")
+        self.head_dim = q // h
+        self.W_K = weight(W_K, "W_K", (d, h_kv * self.head_dim))
+        self.W_V = weight(W_V, "W_V", (d, None))
+        if self.W_V.shape[1] % h_kv:
+            raise ValueError(f"W_V must have n_kv_head * d_v columns (n_kv_head = {h_kv}); got "
+                             f"shape {self.W_V.shape}")
+        self.value_dim = self.W_V.shape[1] // h_kv
+        self.W_O = None if W_O is None else weight(W_O, "W_O", (h * self.value_dim, None))
+        opt = lambda b, name, n: None if b is None else weight(b, name, (n,))  # noqa: E731
+        self.b_Q = opt(b_Q, "b_Q", q)
+        self.b_K = opt(b_K, "b_K", h_kv * self.head_dim)
+        self.b_V = opt(b_V, "b_V", self.W_V.shape[1])
+        if b_O is not None and W_O is None:
+            raise ValueError("b_O needs W_O; got b_O with W_O=None")
+        self.b_O = opt(b_O, "b_O", None if W_O is None else self.W_O.shape[1])
+        if mask is not None and not isinstance(mask, str):
+            mask = np.asarray(mask)
+        as_mask(mask, np.shape(mask)[0] if np.ndim(mask) == 2 else 1)   # type and rows
+        self.mask = mask
+        self.rope_theta = None if rope_theta is None else as_positive_float(rope_theta,
+                                                                            "rope_theta")
+        if self.rope_theta is not None and self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head size; got d_h = {self.head_dim}")
+
+    # -- helpers --------------------------------------------------------------
+    # Every operand of a batched matmul is a contiguous (heads, rows, cols)
+    # array: the transposes the products need (K^T, V^T, P^T) are copied once
+    # per forward pass and reused by every jvp and vjp.
+    def _split(self, Z: np.ndarray, heads: int) -> np.ndarray:
+        """(N, heads * k) -> (heads, N, k), contiguous."""
+        N = Z.shape[0]
+        return np.ascontiguousarray(Z.reshape(N, heads, -1).transpose(1, 0, 2))
+
+    def _group(self, Z: np.ndarray) -> np.ndarray:
+        """Query heads (h, N, k) -> (h_kv, rep * N, k): the heads sharing a key head stacked."""
+        return Z.reshape(self.n_kv_head, -1, Z.shape[-1])
+
+    def _merge(self, Z: np.ndarray, N: int) -> np.ndarray:
+        """(h_kv, rep * N, d_v) or (h, N, d_v) -> (N, h * d_v)."""
+        return Z.reshape(-1, N, Z.shape[-1]).transpose(1, 0, 2).reshape(N, -1)
+
+    def _out(self, Z: np.ndarray, bias: bool) -> np.ndarray:
+        if self.W_O is None:
+            return Z
+        Y = Z @ self.W_O
+        return Y + self.b_O if bias and self.b_O is not None else Y
+
+    def _mask_array(self, N: int):
+        return as_mask(self.mask, N)
+
+    def _project(self, X, W, b, heads, rot):
+        Z = X @ W
+        if b is not None:
+            Z = Z + b
+        Z = self._split(Z, heads)
+        return rope(Z, *rot) if rot is not None else Z
+
+    # -- the layer protocol ---------------------------------------------------
+    def forward(self, X: np.ndarray):
+        check_input(X, self.W_Q.shape[0], "MultiHeadAttention")
+        N = X.shape[0]
+        rot = None
+        if self.rope_theta is not None:
+            rot = tuple(t.astype(X.dtype, copy=False)
+                        for t in rope_tables(N, self.head_dim, self.rope_theta))
+        Q = self._group(self._project(X, self.W_Q, self.b_Q, self.n_head, rot))
+        K = self._project(X, self.W_K, self.b_K, self.n_kv_head, rot)
+        V = self._project(X, self.W_V, self.b_V, self.n_kv_head, None)
+        KT = np.ascontiguousarray(K.transpose(0, 2, 1))
+        with np.errstate(over="ignore", invalid="ignore"):
+            S = (Q @ KT) * (1.0 / math.sqrt(self.head_dim))
+        if not np.all(np.isfinite(S)):
+            raise ValueError("the hidden states and W_Q, W_K give attention logits that "
+                             "overflow; expected logits of finite size")
+        mask = self._mask_array(N)
+        if mask is not None:
+            S = np.where(np.tile(mask, (S.shape[1] // N, 1)), S, -np.inf)
+        P = softmax(S, axis=-1).astype(X.dtype, copy=False)
+        heads = self._merge(P @ V, N)
+        state = (Q, K, KT, V, np.ascontiguousarray(V.transpose(0, 2, 1)), P,
+                 np.ascontiguousarray(P.transpose(0, 2, 1)), rot)
+        return self._out(heads, True), state
+
+    def jvp(self, state, E: np.ndarray) -> np.ndarray:
+        Q, _, KT, V, _, P, _, rot = state
+        N = E.shape[0]
+        dQ = self._group(self._project(E, self.W_Q, None, self.n_head, rot))
+        dK = self._project(E, self.W_K, None, self.n_kv_head, rot)
+        dV = self._split(E @ self.W_V, self.n_kv_head)
+        dS = dQ @ KT
+        dS += Q @ np.ascontiguousarray(dK.transpose(0, 2, 1))
+        dS *= 1.0 / math.sqrt(self.head_dim)
+        dO = softmax_jvp(P, dS) @ V
+        dO += P @ dV
+        return self._out(self._merge(dO, N), False)
+
+    def vjp(self, state, G: np.ndarray) -> np.ndarray:
+        Q, K, _, _, VT, P, PT, rot = state
+        N = G.shape[0]
+        dO = G @ self.W_O.T if self.W_O is not None else G
+        dO = self._group(self._split(dO, self.n_head))            # (h_kv, rep N, d_v)
+        dV = PT @ dO                                               # summed over the group
+        dS = softmax_jvp(P, dO @ VT)
+        dS *= 1.0 / math.sqrt(self.head_dim)
+        dQ = (dS @ K).reshape(self.n_head, N, -1)
+        dK = np.ascontiguousarray(dS.transpose(0, 2, 1)) @ Q
+        if rot is not None:
+            dQ, dK = rope_transpose(dQ, *rot), rope_transpose(dK, *rot)
+        return (self._merge(dQ, N) @ self.W_Q.T + self._merge(dK, N) @ self.W_K.T
+                + self._merge(dV, N) @ self.W_V.T)
+
+    def head(self, i: int) -> MultiHeadAttention:
+        """Query head ``i`` alone (with its key/value head and its rows of W_O), no b_O.
+
+        Its output, summed over i, plus b_O, is this layer's output.
+        """
+        dh, dv = self.head_dim, self.value_dim
+        j = i // (self.n_head // self.n_kv_head)
+        cols = lambda W, k, w: None if W is None else W[..., k * w:(k + 1) * w]  # noqa: E731
+        return MultiHeadAttention(
+            cols(self.W_Q, i, dh), cols(self.W_K, j, dh), cols(self.W_V, j, dv),
+            None if self.W_O is None else self.W_O[i * dv:(i + 1) * dv],
+            n_head=1, n_kv_head=1, b_Q=cols(self.b_Q, i, dh), b_K=cols(self.b_K, j, dh),
+            b_V=cols(self.b_V, j, dv), b_O=None, mask=self.mask, rope_theta=self.rope_theta)

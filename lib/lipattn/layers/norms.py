@@ -1,0 +1,76 @@
+r"""LayerNorm with gain and bias, and RMSNorm, row-wise over the last axis.
+
+- LayerNorm (GPT-2): :math:`\mathrm{LN}(x) = g \odot (x - \bar x)/s + b`,
+  :math:`s = \sqrt{\operatorname{var} x + \varepsilon}` (population variance);
+  its Jacobian is :math:`\operatorname{diag}(g)\,(C - y y^\top/d)/s` with
+  :math:`y = (x - \bar x)/s` (the mathematics of :mod:`lipattn.layernorm`,
+  whose forward and adjoint this module reuses).
+- RMSNorm (Llama): :math:`\mathrm{RMS}(x) = g \odot x\, r`,
+  :math:`r = 1/\sqrt{\overline{x^2} + \varepsilon}`; with :math:`y = x r`,
+  its Jacobian is :math:`\operatorname{diag}(g)\, r\,(I - y y^\top/d)`.
+
+Both inner Jacobians are symmetric, so one function is the jvp and the vjp.
+Rows are normalised without overflow for any finite input (the statistics are
+taken on rows divided by their largest entry, as in :mod:`lipattn.layernorm`),
+in float64, then cast to the input's dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validate import as_positive_float
+from ..layernorm import _ln_plain_bwd, _prepare
+from .base import check_input, weight
+
+__all__ = ["LayerNorm", "RMSNorm"]
+
+
+class LayerNorm:
+    """LayerNorm with gain ``g`` and bias ``b``, both shape (d,); ``eps`` > 0."""
+
+    def __init__(self, g: np.ndarray, b: np.ndarray, eps: float) -> None:
+        self.g = weight(g, "g", (None,))
+        self.b = weight(b, "b", (self.g.shape[0],))
+        self.eps = as_positive_float(eps, "eps")
+
+    def forward(self, X: np.ndarray):
+        check_input(X, self.g.shape[0], "LayerNorm")
+        _, _, y, s = _prepare(X, self.eps)
+        y, inv_s = y.astype(X.dtype, copy=False), (1.0 / s).astype(X.dtype, copy=False)
+        return self.g * y + self.b, (y, inv_s)
+
+    def jvp(self, state, E: np.ndarray) -> np.ndarray:
+        return self.g * _ln_plain_bwd(E, *state)     # the inner Jacobian is symmetric
+
+    def vjp(self, state, G: np.ndarray) -> np.ndarray:
+        return _ln_plain_bwd(self.g * G, *state)
+
+
+def _rms_jvp(E: np.ndarray, y: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """r (I - y y^T / d) E row-wise; symmetric, so also the vjp."""
+    return r * (E - y * np.mean(y * E, axis=-1, keepdims=True))
+
+
+class RMSNorm:
+    """RMSNorm with gain ``g``, shape (d,); ``eps`` > 0 (no centring, no bias)."""
+
+    def __init__(self, g: np.ndarray, eps: float) -> None:
+        self.g = weight(g, "g", (None,))
+        self.eps = as_positive_float(eps, "eps")
+
+    def forward(self, X: np.ndarray):
+        check_input(X, self.g.shape[0], "RMSNorm")
+        x = X.astype(np.float64)
+        big = np.max(np.abs(x), axis=-1, keepdims=True)
+        big = np.where(big > 0, big, 1.0)
+        rms_s = np.sqrt(np.mean((x / big) ** 2, axis=-1, keepdims=True))     # <= 1
+        s = np.hypot(big * rms_s, np.sqrt(self.eps))                          # sqrt(ms + eps)
+        y, r = (x / s).astype(X.dtype, copy=False), (1.0 / s).astype(X.dtype, copy=False)
+        return self.g * y, (y, r)
+
+    def jvp(self, state, E: np.ndarray) -> np.ndarray:
+        return self.g * _rms_jvp(E, *state)
+
+    def vjp(self, state, G: np.ndarray) -> np.ndarray:
+        return _rms_jvp(self.g * G, *state)

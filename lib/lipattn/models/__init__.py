@@ -1,0 +1,16 @@
+"""Real decoders loaded from Hugging Face state dicts, built from :mod:`lipattn.layers`.
+
+- :class:`GPT2` (:mod:`~lipattn.models.gpt2`) and :class:`Llama`
+  (:mod:`~lipattn.models.llama`): ``from_state_dict``, ``embed``, ``forward``,
+  ``jvp``, ``vjp``, and exact local Lipschitz constants of any range of blocks
+  (``local_lipschitz``), of each sublayer (``sublayer_lipschitz``) and of each
+  head (``head_lipschitz``);
+- :class:`Decoder` and :class:`Block` (:mod:`~lipattn.models.decoder`): the
+  pre-norm stack they share.
+"""
+
+from .decoder import Block, Decoder
+from .gpt2 import GPT2
+from .llama import Llama
+
+__all__ = ["GPT2", "Llama", "Decoder", "Block"]

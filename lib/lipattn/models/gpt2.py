@@ -1,0 +1,124 @@
+r"""GPT-2 (Hugging Face ``GPT2Model``) from its state dict, in numpy.
+
+Block: :math:`x' = x + \mathrm{Attn}(\mathrm{LN}_1(x))`,
+:math:`x'' = x' + \mathrm{MLP}(\mathrm{LN}_2(x'))`; ``ln_f`` after the last
+block. Attention is causal, scaled by :math:`1/\sqrt{d_h}` with
+:math:`d_h = d/\text{n\_head}`, with biases on Q, K, V and the output; the MLP
+is :math:`\mathrm{gelu\_new}(x W_{fc} + b_{fc}) W_{proj} + b_{proj}` (the tanh
+approximation). Weights are in Conv1D layout, :math:`y = x W + b`.
+
+Not modelled: dropout (inference), ``scale_attn_by_inverse_layer_idx`` and
+``reorder_and_upcast_attn`` (both off in GPT-2's configurations), padding
+masks (every token attends to its causal prefix).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._validate import as_positive_float
+from ..layers import MLP, LayerNorm, MultiHeadAttention
+from ._state import StateDict, check_dtype, check_heads
+from .decoder import Block, Decoder
+
+__all__ = ["GPT2"]
+
+_IGNORE = (r"lm_head\.weight", r"h\.\d+\.attn\.bias", r"h\.\d+\.attn\.masked_bias")
+
+
+class GPT2(Decoder):
+    """GPT-2: build it with :meth:`from_state_dict`.
+
+    Attributes (besides :class:`~lipattn.models.decoder.Decoder`'s)
+    ------------------------------------------------------------------
+    wte : ndarray, shape (vocab, d)
+    wpe : ndarray, shape (n_positions, d)
+    """
+
+    @classmethod
+    def from_state_dict(cls, state: Any, *, n_head: int, eps: float = 1e-5,
+                        dtype=np.float64) -> GPT2:
+        """GPT-2 from the parameters of Hugging Face's ``GPT2Model.state_dict()``.
+
+        Parameters
+        ----------
+        state : mapping of str to array_like
+            Hugging Face names (``wte.weight``, ``wpe.weight``,
+            ``h.{i}.ln_1.weight`` ...); a leading ``transformer.`` is stripped
+            (``GPT2LMHeadModel``); ``lm_head.weight`` and the buffers
+            ``h.{i}.attn.bias``, ``h.{i}.attn.masked_bias`` are ignored. Conv1D
+            layout: ``attn.c_attn.weight`` (d, 3d) holds the Q | K | V column
+            blocks, ``attn.c_proj.weight`` (d, d), ``mlp.c_fc.weight`` (d, d_ff),
+            ``mlp.c_proj.weight`` (d_ff, d). Any other key is an error.
+        n_head : int
+            Number of heads; must divide d.
+        eps : float, default 1e-5
+            LayerNorm epsilon (``layer_norm_epsilon``).
+        dtype : numpy.float64 (default) or numpy.float32
+            Storage and computation dtype (see :mod:`lipattn.models.decoder`).
+
+        Raises
+        ------
+        TypeError, ValueError
+            A missing parameter (named), a wrong shape or a non-finite entry
+            (named), an unknown key, n_head not dividing d.
+        """
+        dtype = check_dtype(dtype)
+        eps = as_positive_float(eps, "eps")
+        sd = StateDict(state, prefix="transformer.", ignore=_IGNORE, dtype=dtype)
+        vocab_d = sd.shape_of("wte.weight")
+        if len(vocab_d) != 2:
+            raise ValueError(f"state['wte.weight'] must have shape (vocab, d); got {vocab_d}")
+        d = vocab_d[1]
+        n_head = check_heads(n_head, d)
+        wte = sd.get("wte.weight", vocab_d)
+        n_pos = sd.shape_of("wpe.weight")[0]
+        wpe = sd.get("wpe.weight", (n_pos, d))
+        L = sd.count_layers(r"h\.(\d+)\.")
+        blocks = []
+        for i in range(L):
+            p = f"h.{i}."
+            d_ff = sd.shape_of(p + "mlp.c_fc.weight")[-1]
+            W = sd.get(p + "attn.c_attn.weight", (d, 3 * d))
+            b = sd.get(p + "attn.c_attn.bias", (3 * d,))
+            W_Q, W_K, W_V = (np.ascontiguousarray(W[:, k * d:(k + 1) * d]) for k in range(3))
+            attn = MultiHeadAttention(
+                W_Q, W_K, W_V, sd.get(p + "attn.c_proj.weight", (d, d)),
+                n_head=n_head, b_Q=b[:d], b_K=b[d:2 * d], b_V=b[2 * d:],
+                b_O=sd.get(p + "attn.c_proj.bias", (d,)), mask="causal")
+            mlp = MLP(sd.get(p + "mlp.c_fc.weight", (d, d_ff)),
+                      sd.get(p + "mlp.c_fc.bias", (d_ff,)),
+                      sd.get(p + "mlp.c_proj.weight", (d_ff, d)),
+                      sd.get(p + "mlp.c_proj.bias", (d,)), act="gelu_new")
+            ln = [LayerNorm(sd.get(p + f"{k}.weight", (d,)), sd.get(p + f"{k}.bias", (d,)), eps)
+                  for k in ("ln_1", "ln_2")]
+            blocks.append(Block(ln[0], attn, ln[1], mlp))
+        final = LayerNorm(sd.get("ln_f.weight", (d,)), sd.get("ln_f.bias", (d,)), eps)
+        sd.finish()
+        model = cls(blocks, final, n_head=n_head, n_kv_head=n_head, dtype=dtype)
+        model.wte, model.wpe, model.eps = wte, wpe, eps
+        return model
+
+    def embed(self, tokens: Any) -> np.ndarray:
+        """``wte[tokens] + wpe[0..N-1]``, shape (N, d), for token ids of shape (N,)."""
+        t = _check_tokens(tokens, self.wte.shape[0])
+        if t.size > self.wpe.shape[0]:
+            raise ValueError(f"tokens must have at most n_positions = {self.wpe.shape[0]} "
+                             f"entries; got {t.size}")
+        return self.wte[t] + self.wpe[: t.size]
+
+
+def _check_tokens(tokens: Any, vocab: int) -> np.ndarray:
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError("tokens must be a 1-D array of integer token ids; got str")
+    t = np.asarray(tokens)
+    if t.dtype == bool or not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"tokens must be a 1-D array of integer token ids; got dtype {t.dtype}")
+    if t.ndim != 1 or t.size == 0:
+        raise ValueError(f"tokens must be a non-empty 1-D array of token ids; got shape {t.shape}")
+    if t.min() < 0 or t.max() >= vocab:
+        raise ValueError(f"tokens must be ids in [0, vocab) = [0, {vocab}); got range "
+                         f"[{t.min()}, {t.max()}]")
+    return t

@@ -1,0 +1,128 @@
+r"""Llama (Hugging Face ``LlamaModel``) from its state dict, in numpy.
+
+Block: :math:`x' = x + \mathrm{Attn}(\mathrm{RMS}_1(x))`,
+:math:`x'' = x' + \mathrm{MLP}(\mathrm{RMS}_2(x'))`; ``norm`` after the last
+block. Attention is causal with grouped-query heads (query head i uses
+key/value head ``i // (n_head / n_kv_head)``, as ``repeat_kv``), Hugging
+Face's default RoPE on queries and keys (``rotate_half``,
+``inv_freq = theta^(-2i/head_dim)``, positions 0..N-1; see
+:mod:`lipattn.layers.rope` for the float32 tables), scaled by
+:math:`1/\sqrt{d_h}`; the MLP is
+:math:`(\mathrm{silu}(x W_g^\top) \odot x W_u^\top) W_d^\top`. Projections
+are in ``nn.Linear`` layout (out, in): :math:`y = x W^\top`.
+
+Hugging Face's ``LlamaRMSNorm`` normalises in float32 even in a float64
+model; here everything is float64, so forward passes agree with a float64
+Hugging Face model to about 1e-7, not to float64 rounding.
+
+Not modelled: RoPE scaling (``rope_scaling``), ``head_dim`` other than
+``d / n_head``, MLP biases, padding masks. Attention biases
+(``attention_bias=True``) are read when present.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._validate import as_positive_float
+from ..layers import GatedMLP, MultiHeadAttention, RMSNorm
+from ._state import StateDict, check_dtype, check_heads
+from .decoder import Block, Decoder
+from .gpt2 import _check_tokens
+
+__all__ = ["Llama"]
+
+_IGNORE = (r"lm_head\.weight", r"(layers\.\d+\.self_attn\.)?rotary_emb\.inv_freq")
+
+
+class Llama(Decoder):
+    """Llama: build it with :meth:`from_state_dict`.
+
+    Attributes (besides :class:`~lipattn.models.decoder.Decoder`'s)
+    ------------------------------------------------------------------
+    embed_tokens : ndarray, shape (vocab, d)
+    rope_theta : float
+    """
+
+    @classmethod
+    def from_state_dict(cls, state: Any, *, n_head: int, n_kv_head: int,
+                        rope_theta: float = 10000.0, eps: float = 1e-6,
+                        dtype=np.float64) -> Llama:
+        """Llama from the parameters of Hugging Face's ``LlamaModel.state_dict()``.
+
+        Parameters
+        ----------
+        state : mapping of str to array_like
+            Hugging Face names: ``embed_tokens.weight``;
+            ``layers.{i}.input_layernorm.weight``;
+            ``layers.{i}.self_attn.{q,k,v,o}_proj.weight``;
+            ``layers.{i}.post_attention_layernorm.weight``;
+            ``layers.{i}.mlp.{gate,up,down}_proj.weight``; ``norm.weight``. A
+            leading ``model.`` is stripped (``LlamaForCausalLM``);
+            ``lm_head.weight`` and the old buffer ``rotary_emb.inv_freq`` are
+            ignored; ``self_attn.{q,k,v,o}_proj.bias`` are used when present.
+            Any other key is an error. ``nn.Linear`` layout (out, in).
+        n_head : int
+            Query heads; must divide d (head_dim = d / n_head, even).
+        n_kv_head : int
+            Key/value heads; must divide n_head.
+        rope_theta : float, default 10000.0
+        eps : float, default 1e-6
+            RMSNorm epsilon (``rms_norm_eps``).
+        dtype : numpy.float64 (default) or numpy.float32
+
+        Raises
+        ------
+        TypeError, ValueError
+            A missing parameter (named), a wrong shape or a non-finite entry
+            (named), an unknown key, n_head not dividing d, n_kv_head not
+            dividing n_head, an odd head_dim.
+        """
+        dtype = check_dtype(dtype)
+        eps = as_positive_float(eps, "eps")
+        rope_theta = as_positive_float(rope_theta, "rope_theta")
+        sd = StateDict(state, prefix="model.", ignore=_IGNORE, dtype=dtype)
+        vocab_d = sd.shape_of("embed_tokens.weight")
+        if len(vocab_d) != 2:
+            raise ValueError("state['embed_tokens.weight'] must have shape (vocab, d); "
+                             f"got {vocab_d}")
+        d = vocab_d[1]
+        n_head = check_heads(n_head, d)
+        n_kv_head = check_heads(n_kv_head, n_head, "n_kv_head")
+        dh = d // n_head
+        if dh % 2:
+            raise ValueError(f"head_dim = d / n_head = {dh} must be even for RoPE; "
+                             f"got d = {d}, n_head = {n_head}")
+        emb = sd.get("embed_tokens.weight", vocab_d)
+        dkv = n_kv_head * dh
+        L = sd.count_layers(r"layers\.(\d+)\.")
+        blocks = []
+        for i in range(L):
+            p = f"layers.{i}."
+            a = p + "self_attn."
+            d_ff = sd.shape_of(p + "mlp.gate_proj.weight")[0]
+            bias = {k: (sd.get(a + f"{k}_proj.bias", (n,)) if a + f"{k}_proj.bias" in sd
+                        else None) for k, n in (("q", d), ("k", dkv), ("v", dkv), ("o", d))}
+            lin = lambda name, shape: np.ascontiguousarray(sd.get(name, shape).T)  # noqa: E731
+            attn = MultiHeadAttention(
+                lin(a + "q_proj.weight", (d, d)), lin(a + "k_proj.weight", (dkv, d)),
+                lin(a + "v_proj.weight", (dkv, d)), lin(a + "o_proj.weight", (d, d)),
+                n_head=n_head, n_kv_head=n_kv_head, b_Q=bias["q"], b_K=bias["k"], b_V=bias["v"],
+                b_O=bias["o"], mask="causal", rope_theta=rope_theta)
+            mlp = GatedMLP(lin(p + "mlp.gate_proj.weight", (d_ff, d)),
+                           lin(p + "mlp.up_proj.weight", (d_ff, d)),
+                           lin(p + "mlp.down_proj.weight", (d, d_ff)), act="silu")
+            norms = [RMSNorm(sd.get(p + f"{k}.weight", (d,)), eps)
+                     for k in ("input_layernorm", "post_attention_layernorm")]
+            blocks.append(Block(norms[0], attn, norms[1], mlp))
+        final = RMSNorm(sd.get("norm.weight", (d,)), eps)
+        sd.finish()
+        model = cls(blocks, final, n_head=n_head, n_kv_head=n_kv_head, dtype=dtype)
+        model.embed_tokens, model.rope_theta, model.eps = emb, rope_theta, eps
+        return model
+
+    def embed(self, tokens: Any) -> np.ndarray:
+        """``embed_tokens[tokens]``, shape (N, d), for token ids of shape (N,)."""
+        return self.embed_tokens[_check_tokens(tokens, self.embed_tokens.shape[0])]
