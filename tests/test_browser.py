@@ -352,6 +352,12 @@ def test_reading_experience(fresh, server, built_html, page, width):
         assert size >= MIN_FIGURE_TEXT[width] - 0.05, (
             f"{src}: smallest text {size:.1f} px at {width} px")
 
+    smallest = min((size for _, size, _ in sizes), default=float("nan"))
+    print(f"\nMETRIC {page} {width}px: first load {wire / 1e6:.2f} MB gzip, "
+          f"{raw / 1e6:.2f} MB raw, "
+          f"{len(files)} requests; typeset {ms if has_math else 0:.0f} ms; CLS {cls:.3f}; "
+          f"smallest figure text {smallest:.1f} px")
+
     # display math is never clipped: it fits, or scrolls and takes keyboard focus
     clipped = driver.execute_script(
         "return Array.from(document.querySelectorAll('mjx-container[display=\"true\"]'))"
