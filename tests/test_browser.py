@@ -91,6 +91,24 @@ def _load(driver, url: str) -> None:
     )
 
 
+def _wait(driver, script: str, *args, timeout: float = 10.0):
+    import time
+
+    end = time.time() + timeout
+    while time.time() < end:
+        value = driver.execute_script(script, *args)
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for: {script}")
+
+
+def _frame_requests(driver) -> list[str]:
+    return driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+        ".filter(u => u.includes('/_static/frames/'))")
+
+
 def _requests_leaving(driver, server: str) -> list[str]:
     urls = []
     for entry in driver.get_log("performance"):
@@ -147,27 +165,51 @@ def test_page_in_chromium(driver, server, built_html, page):
         ".filter(e => e.scrollWidth > e.clientWidth + 2).map(e => e.textContent.slice(0, 60))")
     assert not wide_code, f"code wider than its block on {page}: {wide_code}"
 
-    # 3. Every explorer has its player, and each slider changes the frame.
+    # 3. Every explorer has its player, and each control changes the frame,
+    #    fetched from its own file only when asked for.
     players = driver.find_elements("css selector", ".lipattn-player")
     assert len(players) >= PAGES[page]
     assert "Loading widget" not in driver.page_source
+    fetched = set(_frame_requests(driver))
+    assert len(fetched) <= len(players), f"frames fetched before any interaction: {fetched}"
     for player in players:
         img = player.find_element("css selector", "img.lp-frame")
-        for rng in player.find_elements("css selector", "input.lp-range"):
+        for ctl in player.find_elements("css selector", ".lp-control"):
             before = img.get_attribute("src")
             frame_before = player.get_attribute("data-frame")
-            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", rng)
-            top = int(rng.get_attribute("max"))
-            target = 0 if int(rng.get_attribute("value")) > 0 else top
-            driver.execute_script(
-                "arguments[0].value = arguments[1];"
-                "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", rng, target)
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", ctl)
+            if ctl.tag_name == "input":
+                top = int(ctl.get_attribute("max"))
+                target = 0 if int(ctl.get_attribute("value")) > 0 else top
+                driver.execute_script(
+                    "arguments[0].value = arguments[1];"
+                    "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", ctl, target)
+                out = ctl.find_element("xpath", "following-sibling::output").text
+                assert out and "nan" not in out.lower()
+                assert ctl.get_attribute("aria-valuetext") == out
+            else:
+                radio = next(r for r in ctl.find_elements("css selector", "input[type=radio]")
+                             if not r.is_selected())
+                driver.execute_script("arguments[0].click()", radio)
             assert player.get_attribute("data-frame") != frame_before
-            assert img.get_attribute("src") != before, (
-                f"slider {rng.get_attribute('data-name')} of "
+            src = img.get_attribute("src")
+            assert src != before, (
+                f"control {ctl.get_attribute('data-name')} of "
                 f"{player.get_attribute('data-explorer')} did not change the frame")
-            out = rng.find_element("xpath", "following-sibling::output").text
-            assert out and "nan" not in out.lower()
+            assert "/_static/frames/" in src and not src.startswith("data:")
+            _wait(driver, "return arguments[0].complete && arguments[0].naturalWidth > 0", img)
+            assert src in _frame_requests(driver), "the new frame was not fetched"
+        status = player.find_element("css selector", ".lp-status")
+        assert status.get_attribute("aria-live") == "polite" and status.get_attribute("textContent")
+        for button in player.find_elements("css selector", "button.lp-preset"):
+            want = json.loads(button.get_attribute("data-set"))
+            driver.execute_script("arguments[0].click()", button)
+            shape = json.loads(player.find_element(
+                "css selector", "script.lp-data").get_attribute("textContent"))["shape"]
+            flat = 0
+            for k, n in zip(want, shape, strict=True):
+                flat = flat * n + k
+            assert player.get_attribute("data-frame") == str(flat), button.text
 
     # 4. Quizzes: choosing an answer reveals its explanation, and only its own.
     for quiz in driver.find_elements("css selector", ".lipattn-quiz"):
@@ -187,6 +229,183 @@ def test_page_in_chromium(driver, server, built_html, page):
     shots.mkdir(exist_ok=True)
     driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(str(shots / (Path(page).stem + ".png")))
+
+
+# --- the reading experience (issue 19): weight, math, layout shift, figure text, axe ----
+
+AXE = Path(__file__).with_name("vendor") / "axe-core-4.14.1.min.js"
+AXE_SHA256 = "29348999450cdf2849a8e70b7912fc2da85a849da39c0d0d5394f51d4a9ed95c"
+WIDTHS = {1280: 800, 390: 844}           # viewport width -> height (CSS px)
+MIN_FIGURE_TEXT = {1280: 11.0, 390: 9.0}  # smallest figure text, CSS px
+MAX_FIRST_LOAD = 1.5e6                    # bytes on the wire (gzip, as any static host sends)
+MAX_FIRST_LOAD_RAW = 4.0e6                # bytes uncompressed
+MAX_LAYOUT_SHIFT = 0.1
+MAX_TYPESET_MS = 8000                     # localhost, two shared cores
+
+_WATCH_JS = r"""
+window.__lpRaw = []; window.__lpCLS = 0;
+new PerformanceObserver(l => l.getEntries().forEach(e => {
+  if (!e.hadRecentInput) { window.__lpCLS += e.value; } })
+).observe({type: 'layout-shift', buffered: true});
+(function poll() {
+  const root = document.documentElement;
+  if (document.body) {
+    for (const e of document.querySelectorAll('.math')) {
+      if (e.querySelector('mjx-container')) continue;
+      const r = e.getBoundingClientRect();
+      if (!r.width || r.bottom < 0 || r.top > innerHeight) continue;
+      if (/[\\$]/.test(e.textContent) && getComputedStyle(e).visibility !== 'hidden') {
+        window.__lpRaw.push(e.textContent.slice(0, 40));
+      }
+    }
+  }
+  if (!root.classList.contains('lp-math-done')) requestAnimationFrame(poll);
+})();
+"""
+
+
+def _set_viewport(driver, width: int) -> None:
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": WIDTHS[width], "deviceScaleFactor": 2,
+        "mobile": width < 600})
+
+
+def _local_file(built_html: Path, server: str, url: str) -> Path | None:
+    from urllib.parse import unquote, urlsplit
+
+    if not url.startswith(server):
+        return None
+    path = built_html / unquote(urlsplit(url).path).lstrip("/")
+    return path if path.is_file() else None
+
+
+@pytest.fixture()
+def fresh(driver):
+    """A cold load: no browser cache, the raw-TeX/layout-shift watcher installed
+    before any page script; the viewport reset afterwards."""
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})
+    ident = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                   {"source": _WATCH_JS})["identifier"]
+    yield driver
+    driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": ident})
+    driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": False})
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def _settle(driver) -> None:
+    import time
+
+    _wait(driver, "return document.readyState === 'complete' && "
+                  "(document.documentElement.classList.contains('lp-math-done'))", timeout=30)
+    time.sleep(0.5)
+
+
+@pytest.mark.parametrize("width", list(WIDTHS))
+@pytest.mark.parametrize("page", list(PAGES))
+def test_reading_experience(fresh, server, built_html, page, width):
+    """First load light, formulas never shown as TeX, no layout shift, figure
+    text legible at the width shown."""
+    import gzip
+
+    driver = fresh
+    _set_viewport(driver, width)
+    driver.get(f"{server}/{page}")
+    _settle(driver)
+    assert driver.execute_script("return innerWidth") == width
+
+    # the first load: every request of the page, on the wire
+    urls = driver.execute_script(
+        "return [location.href.split('#')[0]].concat("
+        "performance.getEntriesByType('resource').map(e => e.name))")
+    files = {u.split("?")[0]: _local_file(built_html, server, u.split("?")[0]) for u in urls}
+    assert all(files.values()), [u for u, f in files.items() if f is None]
+    raw = sum(f.stat().st_size for f in files.values())
+    wire = sum(len(gzip.compress(f.read_bytes(), 6)) for f in files.values())
+    assert wire <= MAX_FIRST_LOAD, f"{page} at {width} px: {wire / 1e6:.2f} MB gzipped"
+    assert raw <= MAX_FIRST_LOAD_RAW, f"{page} at {width} px: {raw / 1e6:.2f} MB"
+    assert not any(u.endswith("fontawesome.js") for u in files), "fontawesome.js is loaded"
+
+    # formulas: typeset in time, never visible as raw TeX
+    has_math = driver.execute_script("return !!document.querySelector('.math')")
+    if has_math:
+        ms = driver.execute_script("return window.lpMathDoneAt")
+        assert ms is not None and ms <= MAX_TYPESET_MS, f"typeset at {ms} ms"
+    raw_seen = driver.execute_script("return window.__lpRaw")
+    assert not raw_seen, f"raw TeX was visible: {raw_seen[:3]}"
+
+    # layout shift while the page loads and typesets
+    cls = driver.execute_script("return window.__lpCLS")
+    assert cls <= MAX_LAYOUT_SHIFT, f"cumulative layout shift {cls:.3f}"
+
+    # figures: every image in the text is one of ours, with legible text
+    sizes = driver.execute_script(
+        "const phone = matchMedia('(max-width: 600px)').matches;"
+        "return Array.from(document.querySelectorAll('main img')).map(i => {"
+        "  const narrow = phone && i.dataset.narrowWidth;"
+        "  const font = parseFloat(narrow ? i.dataset.narrowMinFontPx : i.dataset.minFontPx);"
+        "  const w = parseFloat(narrow ? i.dataset.narrowWidth : i.getAttribute('width'));"
+        "  return [i.className, font * i.getBoundingClientRect().width / w,"
+        "          i.getAttribute('src')]; })")
+    for cls_name, size, src in sizes:
+        assert "lp-fig" in cls_name or "lp-frame" in cls_name, f"unsized figure {src}"
+        assert size >= MIN_FIGURE_TEXT[width] - 0.05, (
+            f"{src}: smallest text {size:.1f} px at {width} px")
+
+    smallest = min((size for _, size, _ in sizes), default=float("nan"))
+    print(f"\nMETRIC {page} {width}px: first load {wire / 1e6:.2f} MB gzip, "
+          f"{raw / 1e6:.2f} MB raw, "
+          f"{len(files)} requests; typeset {ms if has_math else 0:.0f} ms; CLS {cls:.3f}; "
+          f"smallest figure text {smallest:.1f} px")
+
+    # display math is never clipped: it fits, or scrolls and takes keyboard focus
+    clipped = driver.execute_script(
+        "return Array.from(document.querySelectorAll('mjx-container[display=\"true\"]'))"
+        ".filter(e => e.scrollWidth > e.clientWidth + 2 && e.tabIndex < 0)"
+        ".map(e => (e.closest('.math') || e).textContent.slice(0, 40))")
+    assert not clipped, clipped
+    if width == 390:
+        shots = built_html.parent / "screenshots"
+        shots.mkdir(exist_ok=True)
+        driver.save_screenshot(str(shots / (Path(page).stem + "-390.png")))
+
+
+_AXE_RUN = """
+const done = arguments[arguments.length - 1];
+axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations.map(v => ({
+  id: v.id, impact: v.impact, n: v.nodes.length,
+  where: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))), e => done(String(e)));
+"""
+
+
+def test_axe_is_the_pinned_release():
+    import hashlib
+
+    assert hashlib.sha256(AXE.read_bytes()).hexdigest() == AXE_SHA256
+    assert AXE.read_text(encoding="utf-8").startswith("/*! axe v4.14.1")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("width", list(WIDTHS))
+@pytest.mark.parametrize("page", list(PAGES))
+def test_axe_has_no_serious_violations(fresh, server, page, width, theme):
+    """axe-core (pinned, vendored) finds no serious or critical violation."""
+    import time
+
+    driver = fresh
+    _set_viewport(driver, width)
+    driver.get(f"{server}/{page}")
+    _settle(driver)
+    driver.execute_script(
+        "document.documentElement.dataset.theme = arguments[0];"
+        "document.documentElement.dataset.mode = arguments[0];", theme)
+    time.sleep(0.3)
+    driver.execute_script(AXE.read_text(encoding="utf-8"))
+    driver.set_script_timeout(120)
+    found = driver.execute_async_script(_AXE_RUN)
+    assert isinstance(found, list), found
+    bad = [v for v in found if v["impact"] in ("serious", "critical")]
+    assert not bad, bad
 
 
 _GLYPH_JS = """
@@ -283,3 +502,16 @@ def test_the_checks_can_fail(driver, tmp_path):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_search_ranks_by_title_and_snippets_are_prose(driver, server):
+    """"spectral norm" finds the chapter on spectral norms first (not the one
+    that mentions LayerNorm), and no snippet shows raw TeX or code."""
+    found = _search(driver, server, "spectral norm")
+    assert found and "chapters/05_spectral_normalisation.html" in found[0], found[:3]
+    assert not any("04_prenorm_postnorm" in u for u in found[:3]), found[:3]
+    _wait(driver, "return document.querySelectorAll('#search-results p.context').length > 2")
+    snippets = [p.text for p in driver.find_elements("css selector", "#search-results p.context")]
+    for text in snippets:
+        for raw in ("\\(", "\\[", "\\|", "\\frac", "import ", "glue("):
+            assert raw not in text, (raw, text[:120])

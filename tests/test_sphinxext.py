@@ -122,6 +122,104 @@ def test_pages_can_declare_their_own_language(tmp_path: Path):
     assert '<html lang="en"' in index
 
 
+def test_rewrite_page_moves_frames_out_and_sizes_figures(tmp_path: Path):
+    """Frames leave the page as content-addressed files; a figure gets its CSS
+    size, alt text and phone width from its PNG's metadata (lipattn.plotting)."""
+    import base64
+    import json
+
+    from PIL import Image
+
+    from lipattn import plotting
+    from lipattn.sphinxext import rewrite_page
+
+    site = tmp_path / "site"
+    (site / "chapters").mkdir(parents=True)
+    (site / "_images").mkdir()
+    static = site / "_static"
+    fig, ax = plotting.figure(width=8.4, height=2.0)
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set_xlabel("time t")
+    ax.legend(fontsize=6)  # raised to the minimum
+    (site / "_images" / "f.png").write_bytes(plotting.figure_png(fig))
+    frame_a, frame_b = b"RIFF-frame-a", b"RIFF-frame-b"
+    payload = {"images": [base64.b64encode(f).decode() for f in (frame_a, frame_b)],
+               "frames": [0, 1], "shape": [2]}
+    page = (
+        '<div class="lipattn-player" id="explorer-x" data-explorer="x">'
+        f'<img class="lp-frame" width="688" src="data:image/webp;base64,{payload["images"][0]}">'
+        f'<script type="application/json" class="lp-data">{json.dumps(payload)}</script></div>'
+        '<img alt="../_images/f.png" src="../_images/f.png" />'
+    )
+    out = rewrite_page(page, site / "chapters", static, icons=None)
+    assert "data:image" not in out
+    files = sorted((static / "frames" / "x").iterdir())
+    assert sorted(f.read_bytes() for f in files) == sorted([frame_a, frame_b])
+    data = json.loads(out.split('class="lp-data">')[1].split("</script>")[0])
+    assert "images" not in data
+    assert [(site / "chapters" / u).resolve().read_bytes() for u in data["urls"]] == [
+        frame_a, frame_b]
+    img = out[out.index('<img alt='):]
+    with Image.open(site / "_images" / "f.png") as im:
+        w_px, h_px = im.size
+    col = round(plotting.COLUMN_IN * plotting.CSS_PX_PER_IN)
+    assert w_px == 2 * col  # drawn at the column width, 2x
+    assert f'width="{col}"' in img and f'height="{round(h_px / 2)}"' in img
+    assert 'loading="lazy"' in img and "time t" in img and "../_images/f.png\"" in img
+    font = float(img.split('data-min-font-px="')[1].split('"')[0])
+    assert abs(font - 8 * 100 / 72) < 0.01  # the 6-pt legend raised to 8 pt
+    phone = int(img.split("--lp-phone-min: ")[1].split("px")[0])
+    assert abs(phone * font / col - 9.0) < 0.02  # its smallest text at 9 px on a phone
+
+
+def test_icons_become_inline_svg(tmp_path: Path):
+    from lipattn.sphinxext import _icon_table, _icons
+
+    js = tmp_path / "fa.js"
+    js.write_text('x={github:[496,512,[],"f09b","M1 1"]};d("fab",p);'
+                  'y={bars:[448,512,["navicon"],"f0c9","M2 2"],file:[384,512,[],"f15b","M3 3"]};'
+                  'd("fas",p);')
+    table = _icon_table(js)
+    assert table[("fab", "github")] == (496, 512, "M1 1")
+    assert table[("fas", "navicon")] == (448, 512, "M2 2")
+    out = _icons('<i class="fa-solid fa-bars fa-lg"></i><span class="fas fa-nothing"></span>',
+                 table)
+    assert out.startswith('<svg class="svg-inline--fa fa-solid fa-bars fa-lg"')
+    assert 'viewBox="0 0 448 512"' in out and 'd="M2 2"' in out
+    assert out.endswith('<span class="fas fa-nothing"></span>')  # unknown icons stay
+
+
+def test_multi_panel_figures_get_a_stacked_phone_variant(tmp_path: Path):
+    """A figure with panels side by side gets a phone variant with the panels
+    stacked (358 px wide), served by <picture> below 600 px; rewriting a
+    rewritten page changes nothing (Sphinx leaves unchanged pages alone)."""
+    from PIL import Image
+
+    from lipattn import plotting
+    from lipattn.sphinxext import rewrite_page
+
+    site = tmp_path / "site"
+    (site / "chapters").mkdir(parents=True)
+    (site / "_images").mkdir()
+    fig, (a, b) = plotting.figure(2, width=8.4, height=3.0)
+    a.plot([0, 1], [1, 0])
+    b.bar([1, 2], [2, 3])
+    a.set_title("left panel")
+    (site / "_images" / "g.png").write_bytes(plotting.figure_png(fig))
+    assert [ax.get_position().x0 < 0.5 for ax in (a, b)] == [True, False]  # fig untouched
+    page = '<img alt="../_images/g.png" src="../_images/g.png" />'
+    out = rewrite_page(page, site / "chapters", site / "_static", icons=None)
+    assert out.startswith('<picture class="lp-picture"><source media="(max-width: 600px)"')
+    assert rewrite_page(out, site / "chapters", site / "_static", icons=None) == out
+    with Image.open(site / "_images" / "g.png") as im:  # the desktop image no longer carries it
+        assert "lipattn:narrow" not in im.text and im.text["lipattn:narrow-src"] == "g-narrow.png"
+    with Image.open(site / "_images" / "g-narrow.png") as im:
+        w, h = im.size
+    assert w == 2 * round(plotting.PHONE_COLUMN_IN * 100) and h > w  # stacked: taller than wide
+    assert f'width="{w // 2}"' in out
+    assert float(out.split('data-narrow-min-font-px="')[1].split('"')[0]) >= 11.0
+
+
 def test_inputs_hash_rejects_a_string_and_missing_paths(tmp_path: Path):
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "a.py").write_text("x = 1\n")

@@ -98,8 +98,57 @@ def test_player_html_has_every_frame_and_control(explorer):
     assert payload["shape"] == shape
     assert len(payload["frames"]) == int(np.prod(shape))
     assert max(payload["frames"]) < len(payload["images"])
-    assert html.count('type="range"') == len(shape)
+    specs = explorer.slider_specs
+    assert html.count('type="range"') == sum(not sp.is_choice for sp in specs)
+    assert html.count('<fieldset class="lp-choice') == sum(sp.is_choice for sp in specs)
+    for sp in specs:  # categories are radio buttons, one per value
+        if sp.is_choice:
+            assert html.count(f'name="{re.search(r"lp-[^ ]+-title", html).group(0)[:-6]}-'
+                              f'{sp.name}"') == len(sp.values)
     assert "Loading widget" not in html
+    # every control is labelled in words (more than one letter)
+    assert all(len(sp.text.split()[0]) > 1 or len(sp.text.split()) > 1 for sp in specs)
+    assert 'aria-live="polite"' in html
+
+
+def test_frames_are_drawn_for_the_column(explorer):
+    """Frames are 688 CSS px wide (or less), encoded at 2x, with no text below 8 pt."""
+    w, h = Image.open(io.BytesIO(explorer.render())).size
+    assert w <= 2 * 688 and w % 2 == 0
+    assert explorer.min_font_pt >= 8.0
+    texts = [t for t in explorer.fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert min(t.get_fontsize() for t in texts) >= 8.0
+
+
+def test_presets_set_every_slider():
+    """A preset's button sets the sliders it names and resets the others."""
+    ex = get_explorer("scaling-d")
+    html = ex.player_html()
+    buttons = re.findall(r'<button type="button" class="lp-preset" data-set="([^"]+)">([^<]+)<',
+                         html)
+    assert len(buttons) == len(ex.presets) >= 2
+    for (data, label), (name, values) in zip(buttons, ex.presets.items(), strict=True):
+        idx = json.loads(data.replace("&quot;", '"'))
+        assert label.replace("&#x27;", "'") == name
+        for spec, k in zip(ex.slider_specs, idx, strict=True):
+            assert spec.values[k] == values.get(spec.name, spec.initial)
+    box = ex.widget()
+    row = box.children[1]
+    controls = box.children[2].children
+    row.children[2].click()  # the second preset
+    name, values = list(ex.presets.items())[1]
+    assert {c.description: c.value for c in controls} == {
+        sp.text: values.get(sp.name, sp.initial) for sp in ex.slider_specs}
+
+
+def test_bad_presets_are_rejected():
+    from lipattn.viz.softmax import SaturationExplorer
+
+    class Bad(SaturationExplorer):
+        presets = {"too big": {"scale": 1e9}}
+
+    with pytest.raises(ValueError, match="scale must be one of"):
+        Bad()
 
 
 def test_mime_bundle_outside_a_kernel_has_the_player(explorer):
@@ -112,7 +161,7 @@ def test_live_widget_uses_the_same_frames():
     ex = get_explorer("softmax-saturation")
     box = ex.widget()
     image = box.children[-1]
-    slider = box.children[1].children[0]
+    slider = box.children[-2].children[0]
     values = ex.sliders["scale"]
     slider.value = values[-1]
     assert image.value == ex.render(scale=values[-1])

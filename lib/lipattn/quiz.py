@@ -183,7 +183,8 @@ class Quiz:
         parts = [f"<style>{_CSS}</style>",
                  # MyST pages only typeset elements of these classes
                  f'<div class="lipattn-quiz tex2jax_process mathjax_process" lang="{self.lang}">'
-                 f"<p><b>{html.escape(self.title)}{words['stop']}</b>{words['intro']}</p>"]
+                 f"<p><b>{html.escape(self.title)}{words['stop']}</b>"
+                 f"<span class=\"lq-intro\">{words['intro']}</span></p>"]
         for qi, q in enumerate(self.questions, start=1):
             group = f"lq{uid}-{qi}"
             number = (words["q"].format(n=qi) if "{n}" in words["q"]

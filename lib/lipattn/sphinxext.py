@@ -32,7 +32,19 @@ It does what ``_config.yml`` alone cannot:
    site. Pages named in ``lipattn_page_languages`` (docname -> BCP 47 tag, e.g.
    ``chapters/review_zh: zh-Hans``) get their own, so browsers pick fonts,
    line breaking and hyphenation for that language.
-7. **Chinese search terms.** With ``html_search_language: zh`` Sphinx splits
+7. **Light pages** (:func:`finish_site`). Explorer frames, inlined by the
+   kernel as base64, are moved into separate cacheable files
+   ``_static/frames/<explorer>/<hash>.webp`` that the player fetches when a
+   control moves; figures get their CSS size (from the PNG's metadata, see
+   :mod:`lipattn.plotting`), alt text, lazy loading and a phone width;
+   Font Awesome's 1.5 MB ``fontawesome.js`` is replaced by inline SVG icons
+   for the few icons the pages use; build reports (tracebacks with local
+   paths) are moved out of the site to ``_build/reports``.
+8. **Run it yourself.** Each chapter is offered as a notebook (``.ipynb``,
+   written by jupytext at build time) in the download menu, and every
+   chapter ends with a line on how to run it locally; the repository button
+   shows only when ``repository.url`` is set in ``_config.yml``.
+9. **Chinese search terms.** With ``html_search_language: zh`` Sphinx splits
    text into words with jieba. Its general dictionary cuts the book's terms
    (谱范数, 雅可比矩阵, …) into pieces that a whole-term query no longer
    matches, so the book's terms (``search_terms_zh.txt`` beside this module)
@@ -42,13 +54,18 @@ It does what ``_config.yml`` alone cannot:
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import html as _html
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MATHJAX_FILES", "inputs_hash", "mathjax_subset", "setup"]
+__all__ = ["MATHJAX_FILES", "inputs_hash", "mathjax_subset", "finish_site", "rewrite_page",
+           "setup"]
 
 #: Paths under MathJax's ``static/mathjax`` folder that the site ships.
 MATHJAX_FILES = (
@@ -167,6 +184,12 @@ def _config_inited(app: Any, config: Any) -> None:
     if str(config.html_search_language or "").startswith("zh"):
         _chinese_search(config)
 
+    # the repository button whenever there is a repository to link to
+    opts = dict(config.html_theme_options or {})
+    if opts.get("repository_url"):
+        opts["use_repository_button"] = True
+        config.html_theme_options = opts
+
 
 def _chinese_search(config: Any) -> None:
     import logging
@@ -213,6 +236,278 @@ def _prune_site(app: Any, exception: Exception | None) -> None:
     shutil.rmtree(static / "locales", ignore_errors=True)
 
 
+_PLAYER_RE = re.compile(r'<div class="lipattn-player"[^>]*data-explorer="([^"]+)"')
+_DATA_RE = re.compile(r'(<script type="application/json" class="lp-data">)(.*?)(</script>)', re.S)
+_FRAME_RE = re.compile(r'(<img class="lp-frame"[^>]*?)src="data:image/webp;base64,([^"]+)"')
+_IMG_RE = re.compile(r'<img ([^>]*?)src="([^"]+\.png)"([^>]*?)\s*/?>')
+_ICON_RE = re.compile(r'<(i|span) class="([^"]*\bfa-[a-z0-9-]+[^"]*)"([^>]*)>\s*</\1>')
+_PACKS = {"fab": "fab", "fa-brands": "fab", "far": "far", "fa-regular": "far",
+          "fas": "fas", "fa-solid": "fas", "fa": "fas"}
+#: Widest viewport (CSS px) that gets a figure's narrow, stacked variant.
+_PHONE_MAX = 600
+_RUN_LOCALLY = (
+    '<aside class="lp-run-locally d-print-none" aria-label="Run this page">'
+    "<strong>Run this page yourself.</strong> Download it as a notebook "
+    '(<a href="{ipynb}">.ipynb</a>, also in the download menu at the top), or clone the '
+    "book's repository{repo} and run <code>make lab</code>: every chapter opens as a "
+    "notebook with live explorers (Python 3.11+, nothing else to install by hand).</aside>")
+
+
+def _write_frame(static: Path, explorer: str, data: bytes) -> str:
+    """Write one frame (content-addressed) and return its path under ``_static``."""
+    rel = f"frames/{explorer}/{hashlib.sha256(data).hexdigest()[:20]}.webp"
+    out = static / rel
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    return rel
+
+
+def _frames_out(page: str, prefix: str, static: Path) -> str:
+    starts = [m.start() for m in _PLAYER_RE.finditer(page)]
+    if not starts:
+        return page
+    pieces, last = [page[:starts[0]]], len(page)
+    for a, b in zip(starts, [*starts[1:], last], strict=True):
+        seg = page[a:b]
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", _PLAYER_RE.match(seg).group(1))
+        m = _DATA_RE.search(seg)
+        if m is not None:
+            payload = json.loads(m.group(2))
+            if "images" in payload:
+                urls = [prefix + _write_frame(static, name, base64.b64decode(img))
+                        for img in payload.pop("images")]
+                payload["urls"] = urls
+                seg = seg[:m.start(2)] + json.dumps(payload) + seg[m.end(2):]
+
+        def _img(fm: re.Match, name: str = name) -> str:
+            url = prefix + _write_frame(static, name, base64.b64decode(fm.group(2)))
+            return f'{fm.group(1)}loading="lazy" decoding="async" src="{url}"'
+
+        seg = _FRAME_RE.sub(_img, seg)
+        pieces.append(seg)
+    return "".join(pieces)
+
+
+def _figure_meta(path: Path) -> dict[str, str] | None:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            text = dict(getattr(im, "text", {}) or {})
+            size = im.size
+    except OSError:
+        return None
+    if "lipattn:css-width" not in text:
+        return None
+    text["size"] = f"{size[0]}x{size[1]}"
+    return text
+
+
+def _split_narrow(wide: Path, narrow: Path) -> None:
+    """Move the phone variant out of the wide PNG's metadata into its own file
+    (so the desktop image does not carry it), leaving a note of its name."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    with Image.open(wide) as im:
+        im.load()
+        text = dict(im.text)
+        narrow.write_bytes(base64.b64decode(text.pop("lipattn:narrow")))
+        info = PngInfo()
+        for key, value in text.items():
+            info.add_text(key, value)
+        info.add_text("lipattn:narrow-src", narrow.name)
+        im.save(wide, format="PNG", pnginfo=info, optimize=True)
+
+
+def _figures(page: str, page_dir: Path) -> str:
+    from . import plotting
+
+    def fix(m: re.Match) -> str:
+        before, src, after = m.groups()
+        if "data-min-font-px" in m.group(0):  # rewritten by an earlier build
+            return m.group(0)
+        meta = _figure_meta((page_dir / src).resolve())
+        if meta is None:
+            return m.group(0)
+        attrs = before + after
+        w_px, h_px = (int(v) for v in meta["size"].split("x"))
+        css_w = int(meta["lipattn:css-width"])
+        css_h = round(h_px * css_w / w_px)
+        font = float(meta["lipattn:min-font-px"])
+        alt = re.search(r'alt="([^"]*)"', attrs)
+        if alt is None or alt.group(1).endswith(".png"):
+            attrs = re.sub(r'\s*alt="[^"]*"', "", attrs)
+            attrs += f' alt="{_html.escape(meta.get("lipattn:alt", ""))}"'
+        cls = re.search(r'class="([^"]*)"', attrs)
+        if cls:
+            attrs = attrs.replace(cls.group(0), f'class="{cls.group(1)} lp-fig"')
+        else:
+            attrs += ' class="lp-fig"'
+        phone = plotting.phone_min_width(css_w, font)
+        narrow = ""
+        nsrc = src[:-4] + "-narrow.png"
+        if "lipattn:narrow" in meta:  # the panels stacked for a phone
+            _split_narrow((page_dir / src).resolve(), (page_dir / nsrc).resolve())
+            meta["lipattn:narrow-src"] = nsrc
+        if "lipattn:narrow-src" in meta:
+            from PIL import Image
+
+            with Image.open(page_dir / nsrc) as im:
+                nw_px, nh_px = im.size
+            n_w = int(meta["lipattn:narrow-css-width"])
+            n_h = round(nh_px * n_w / nw_px)
+            n_font = float(meta["lipattn:narrow-min-font-px"])
+            phone = plotting.phone_min_width(n_w, n_font)
+            narrow = (f'<source media="(max-width: {_PHONE_MAX}px)" srcset="{nsrc}" '
+                      f'width="{n_w}" height="{n_h}">')
+            attrs += (f' data-narrow-width="{n_w}" data-narrow-min-font-px="{n_font:.2f}"')
+        img = (f'<img {attrs.strip()} src="{src}" width="{css_w}" height="{css_h}" '
+               f'loading="lazy" decoding="async" data-min-font-px="{font:.2f}" '
+               f'style="--lp-phone-min: {phone}px" />')
+        return f'<picture class="lp-picture">{narrow}{img}</picture>' if narrow else img
+
+    return _IMG_RE.sub(fix, page)
+
+
+def _icon_table(fa_js: Path) -> dict[tuple[str, str], tuple[int, int, str]]:
+    """(pack, name) -> (width, height, SVG path) from Font Awesome's JS bundle."""
+    text = fa_js.read_text(encoding="utf-8")
+    ends = sorted((m.start(), _PACKS[m.group(1)])
+                  for m in re.finditer(r'\bd\("(fab|far|fas)",p\)', text))
+    table: dict[tuple[str, str], tuple[int, int, str]] = {}
+    icon = re.compile(r'(?:"([a-z0-9-]+)"|\b([a-z0-9]+)):\[(\d+),(\d+),\[([^\]]*)\],'
+                      r'"[0-9a-f]+",("(?:[^"\\]|\\.)*"|\[[^\]]*\])\]')
+    for m in icon.finditer(text):
+        pack = next((p for end, p in ends if end > m.start()), None)
+        if pack is None:
+            continue
+        path = json.loads(m.group(6))
+        path = path if isinstance(path, str) else " ".join(path)
+        names = [m.group(1) or m.group(2)]
+        names += [a.strip('"') for a in m.group(5).split(",") if a.startswith('"')]
+        for name in names:
+            table.setdefault((pack, name), (int(m.group(3)), int(m.group(4)), path))
+    return table
+
+
+def _icons(page: str, table: dict) -> str:
+    def svg(m: re.Match) -> str:
+        classes = m.group(2).split()
+        pack = next((_PACKS[c] for c in classes if c in _PACKS), "fas")
+        names = [c[3:] for c in classes if c.startswith("fa-") and c not in _PACKS]
+        for name in names:
+            if (pack, name) in table:
+                w, h, d = table[(pack, name)]
+                return (f'<svg class="svg-inline--fa {" ".join(classes)}" aria-hidden="true" '
+                        f'focusable="false" role="img" viewBox="0 0 {w} {h}"{m.group(3)}>'
+                        f'<path fill="currentColor" d="{d}"></path></svg>')
+        return m.group(0)
+
+    return _ICON_RE.sub(svg, page)
+
+
+def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None) -> str:
+    """The built HTML of one page, made light (see the module docstring, item 7).
+
+    Parameters
+    ----------
+    page : str
+        The page's HTML.
+    page_dir : Path
+        The folder holding the page (relative URLs are resolved from it).
+    static : Path
+        The site's ``_static`` folder (frames are written under it).
+    icons : dict or None
+        :func:`_icon_table`, or None to leave icons alone.
+    """
+    prefix = Path(os.path.relpath(static, page_dir)).as_posix() + "/"
+    page = _frames_out(page, prefix, static)
+    page = _figures(page, page_dir)
+    if icons is not None:
+        page = _icons(page, icons)
+        page = re.sub(
+            r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>', "", page)
+    # the visible text "Search Ctrl+K" is the search buttons' name (axe:
+    # label-content-name-mismatch with aria-label="Search")
+    page = re.sub(r'(<button class="btn search-button-field[^"]*"[^>]*?) aria-label="Search"',
+                  r"\1", page)
+    # the bibliography: a list of list items (role doc-biblioentry is deprecated,
+    # and a list needs listitem children: axe aria-required-children)
+    page = page.replace('role="doc-biblioentry"', 'role="listitem"')
+    first = re.search(r'<div class="lipattn-player" id="(explorer-[^"]+)"', page)
+    if first is not None and "lp-skip-explorer" not in page:
+        page = page.replace(
+            '<a href="#main-content">Skip to main content</a></div>',
+            '<a href="#main-content">Skip to main content</a>'
+            f'<a class="lp-skip-explorer" href="#{first.group(1)}">Skip to the first explorer</a>'
+            "</div>", 1)
+    return page
+
+
+def finish_site(outdir: Path) -> None:
+    """Post-process the built site in place (module docstring, item 7)."""
+    outdir = Path(outdir)
+    reports = outdir / "reports"
+    if reports.is_dir():  # tracebacks with local paths: not part of the site
+        dest = outdir.parent / "reports"
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.move(str(reports), str(dest))
+    static = outdir / "_static"
+    fa_js = static / "scripts" / "fontawesome.js"
+    icons = _icon_table(fa_js) if fa_js.is_file() else None
+    used: set[Path] = set()
+    for f in sorted(outdir.rglob("*.html")):
+        text = f.read_text(encoding="utf-8")
+        new = rewrite_page(text, f.parent, static, icons)
+        if new != text:
+            f.write_text(new, encoding="utf-8")
+        used.update((f.parent / u).resolve()
+                    for u in re.findall(r'[^"]*_static/frames/[^"]+\.webp', new))
+    # pages that Sphinx did not rewrite keep their frames; frames no page uses go
+    for frame in (static / "frames").rglob("*.webp") if (static / "frames").is_dir() else ():
+        if frame.resolve() not in used:
+            frame.unlink()
+    if icons is not None:
+        for leftover in (fa_js, fa_js.with_name("fontawesome.js.LICENSE.txt")):
+            leftover.unlink(missing_ok=True)
+
+
+def _finish(app: Any, exception: Exception | None) -> None:
+    if app.builder.format != "html":
+        return
+    reports = Path(app.outdir) / "reports"
+    if exception is not None:
+        if reports.is_dir():
+            dest = Path(app.outdir).parent / "reports"
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.move(str(reports), str(dest))
+        return
+    finish_site(Path(app.outdir))
+
+
+def _notebook_download(app: Any, pagename: str, templatename: str, context: dict,
+                       doctree: Any) -> None:
+    """Write the page's notebook (.ipynb, no outputs) and offer it for download."""
+    if doctree is None or app.builder.format != "html":
+        return
+    src = Path(app.env.doc2path(pagename))
+    if src.suffix != ".md" or "kernelspec:" not in src.read_text(encoding="utf-8")[:2000]:
+        return
+    import jupytext
+
+    rel = f"{pagename}.ipynb"
+    out = Path(app.outdir) / "_sources" / rel
+    out.parent.mkdir(parents=True, exist_ok=True)
+    jupytext.write(jupytext.read(src), out, fmt="ipynb")
+    context["ipynb_source"] = rel
+    repo = (app.config.html_theme_options or {}).get("repository_url") or ""
+    link = f' (<a href="{_html.escape(repo)}">{_html.escape(repo)}</a>)' if repo else ""
+    href = f"{context['pathto']('_sources', 1)}/{rel}"
+    context["body"] = context.get("body", "") + _RUN_LOCALLY.format(ipynb=href, repo=link)
+
+
 def _page_language(app: Any, pagename: str, templatename: str, context: dict,
                    doctree: Any) -> None:
     lang = app.config.lipattn_page_languages.get(pagename)
@@ -229,6 +524,9 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("html-page-context", _drop_widget_state, priority=400)
     app.connect("build-finished", _write_root_favicon)
     app.connect("build-finished", _prune_site)
+    app.connect("build-finished", _finish)
+    # before the book theme's header buttons (priority 500) read ipynb_source
+    app.connect("html-page-context", _notebook_download, priority=450)
     app.add_config_value("lipattn_page_languages", {}, "html")
     app.connect("html-page-context", _page_language)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -53,39 +53,116 @@ __all__ = ["Slider", "Explorer", "EXPLORERS", "register", "get_explorer"]
 #: name -> factory returning a fresh explorer. Filled by :func:`register`.
 EXPLORERS: dict[str, Callable[[], Explorer]] = {}
 
+_COUNTER = itertools.count()
+
 _PLAYER_JS = """
 (function () {
   var root = document.currentScript.parentElement;
+  if (root.lpReady) { return; }
+  root.lpReady = true;
   var data = JSON.parse(root.querySelector("script.lp-data").textContent);
   var img = root.querySelector("img.lp-frame");
-  var inputs = root.querySelectorAll("input.lp-range");
-  function show() {
-    var flat = 0;
-    for (var i = 0; i < inputs.length; i++) {
-      var k = parseInt(inputs[i].value, 10);
-      flat = flat * data.shape[i] + k;
-      inputs[i].parentElement.querySelector("output").textContent = data.labels[i][k];
-      inputs[i].setAttribute("aria-valuetext", data.labels[i][k]);
-    }
-    img.src = "data:" + data.mime + ";base64," + data.images[data.frames[flat]];
-    root.setAttribute("data-frame", String(flat));
+  var status = root.querySelector(".lp-status");
+  var controls = root.querySelectorAll(".lp-control");
+  var loaded = {};
+  function src(k) {
+    return data.urls ? data.urls[k] : "data:" + data.mime + ";base64," + data.images[k];
   }
-  for (var i = 0; i < inputs.length; i++) { inputs[i].addEventListener("input", show); }
+  function index(c) {
+    if (c.tagName === "INPUT") { return parseInt(c.value, 10); }
+    var on = c.querySelector("input:checked");
+    return on ? parseInt(on.value, 10) : 0;
+  }
+  function setIndex(c, k) {
+    if (c.tagName === "INPUT") { c.value = String(k); return; }
+    var r = c.querySelectorAll("input");
+    for (var j = 0; j < r.length; j++) { r[j].checked = (j === k); }
+  }
+  function flatOf(ks) {
+    var flat = 0;
+    for (var i = 0; i < ks.length; i++) { flat = flat * data.shape[i] + ks[i]; }
+    return flat;
+  }
+  function prefetch(ks) {
+    if (!data.urls) { return; }
+    for (var i = 0; i < ks.length; i++) {
+      for (var step = -1; step <= 1; step += 2) {
+        var nb = ks.slice(); nb[i] += step;
+        if (nb[i] < 0 || nb[i] >= data.shape[i]) { continue; }
+        var k = data.frames[flatOf(nb)];
+        if (!loaded[k]) { loaded[k] = true; (new Image()).src = src(k); }
+      }
+    }
+  }
+  function show() {
+    var ks = [], said = [];
+    for (var i = 0; i < controls.length; i++) {
+      var k = index(controls[i]);
+      ks.push(k);
+      var text = data.labels[i][k];
+      if (controls[i].tagName === "INPUT") {
+        controls[i].parentElement.querySelector("output").textContent = text;
+        controls[i].setAttribute("aria-valuetext", text);
+      }
+      said.push(data.names[i] + " " + text);
+    }
+    var flat = flatOf(ks), k = data.frames[flat];
+    loaded[k] = true;
+    img.src = src(k);
+    img.alt = data.title + ": " + said.join(", ");
+    if (status) { status.textContent = said.join(", "); }
+    root.setAttribute("data-frame", String(flat));
+    prefetch(ks);
+  }
+  for (var i = 0; i < controls.length; i++) {
+    controls[i].addEventListener("input", show);
+    controls[i].addEventListener("change", show);
+  }
+  var presets = root.querySelectorAll("button.lp-preset");
+  for (var p = 0; p < presets.length; p++) {
+    presets[p].addEventListener("click", function (ev) {
+      var set = JSON.parse(ev.currentTarget.getAttribute("data-set"));
+      for (var i = 0; i < controls.length; i++) { setIndex(controls[i], set[i]); }
+      show();
+    });
+  }
+  function warm() {
+    root.removeEventListener("pointerenter", warm);
+    root.removeEventListener("focusin", warm);
+    var ks = [];
+    for (var i = 0; i < controls.length; i++) { ks.push(index(controls[i])); }
+    prefetch(ks);
+  }
+  root.addEventListener("pointerenter", warm);
+  root.addEventListener("focusin", warm);
 })();
 """
 
 _PLAYER_CSS = """
 .lipattn-player { border: 1px solid #d0d7de; border-radius: 6px; padding: 0.6em 0.8em;
-  margin: 0.8em 0; background: #fff; }
+  margin: 0.8em 0; }
 .lipattn-player .lp-title { font-weight: 600; margin-bottom: 0.3em; }
 .lipattn-player .lp-controls { display: flex; flex-wrap: wrap; gap: 0.4em 1.6em;
   margin-bottom: 0.4em; }
-.lipattn-player label { display: flex; align-items: center; gap: 0.5em; font-size: 0.92em; }
+.lipattn-player label.lp-slider { display: flex; align-items: center; gap: 0.5em;
+  font-size: 0.92em; }
+.lipattn-player fieldset.lp-choice { border: 0; padding: 0; margin: 0; display: flex;
+  flex-wrap: wrap; align-items: center; gap: 0.2em 0.9em; font-size: 0.92em; }
+.lipattn-player fieldset.lp-choice legend { float: left; padding: 0; margin: 0 0.3em 0 0;
+  width: auto; font-size: 1em; font-weight: normal; line-height: inherit; }
 .lipattn-player input[type=range] { width: 13em; }
 .lipattn-player output { font-family: var(--pst-font-family-monospace, monospace);
   min-width: 4.5em; }
-.lipattn-player img.lp-frame { max-width: 100%; height: auto; display: block; }
-.lipattn-player .lp-note { font-size: 0.8em; color: #57606a; margin-top: 0.2em; }
+.lipattn-player .lp-presets { display: flex; flex-wrap: wrap; gap: 0.3em 0.5em;
+  align-items: center; margin-bottom: 0.4em; font-size: 0.92em; }
+.lipattn-player button.lp-preset { border: 1px solid #8c959f; border-radius: 4px;
+  background: transparent; color: inherit; padding: 0.1em 0.6em; cursor: pointer; }
+.lipattn-player .lp-frame-box { overflow-x: auto; margin: 0 -0.8em; }
+.lipattn-player img.lp-frame { max-width: 100%; height: auto; display: block;
+  background: #fff; }
+.lipattn-player .lp-status { position: absolute; width: 1px; height: 1px; overflow: hidden;
+  clip: rect(0 0 0 0); white-space: nowrap; }
+.lipattn-player .lp-note { font-size: 0.8em; margin-top: 0.2em; }
 """
 
 
@@ -115,6 +192,10 @@ class Slider:
         Initial value; must be one of ``values`` (defaults to the first).
     fmt : callable, optional
         Formats a value for display.
+    kind : {"auto", "range", "choice"}, optional
+        ``"range"`` shows a slider, ``"choice"`` a group of radio buttons (for
+        categories, whose order means nothing). ``"auto"`` (the default) picks
+        ``"choice"`` when every value is a string or a bool.
     """
 
     name: str
@@ -122,6 +203,7 @@ class Slider:
     label: str | None = None
     default: Any = None
     fmt: Callable[[Any], str] = field(default=_default_fmt)
+    kind: str = "auto"
 
     def __post_init__(self) -> None:
         if len(self.values) < 2:
@@ -130,6 +212,9 @@ class Slider:
         if self.default is not None and self.index(self.default) < 0:
             raise ValueError(
                 f"slider {self.name!r}: default {self.default!r} is not among its values")
+        if self.kind not in ("auto", "range", "choice"):
+            raise ValueError(f"slider {self.name!r}: kind must be 'auto', 'range' or 'choice'; "
+                             f"got {self.kind!r}")
 
     def index(self, value: Any) -> int:
         """Position of ``value`` among the slider's values, or -1."""
@@ -146,6 +231,13 @@ class Slider:
     def text(self) -> str:
         return self.label or self.name
 
+    @property
+    def is_choice(self) -> bool:
+        """Whether the control is a group of radio buttons (categories)."""
+        if self.kind != "auto":
+            return self.kind == "choice"
+        return all(isinstance(v, (str, bool, np.bool_)) for v in self.values)
+
 
 class Explorer:
     """Base class of every explorer.
@@ -159,25 +251,43 @@ class Explorer:
 
     Everything else (blitting, PNG encoding, the live widget, the static
     player) lives here.
+
+    ``presets`` (optional) maps a button's label to slider values, for the
+    "Try:" recipes of the text: ``{"saturate": {"scale": 50.0}}``. Sliders a
+    preset leaves out go back to their defaults. Both the live widget and the
+    static player show one button per preset.
+
+    Frames are drawn for the text column like every figure
+    (:mod:`lipattn.plotting`): at most :data:`~lipattn.plotting.COLUMN_IN`
+    wide, at :data:`~lipattn.plotting.DPR` device pixels per CSS pixel, with
+    no text below :data:`~lipattn.plotting.MIN_FONT_PT`.
     """
 
     name: str = "explorer"
     title: str = ""
     slider_specs: tuple[Slider, ...] = ()
+    presets: Mapping[str, Mapping[str, Any]] = {}
     width: float = 9.0
     height: float = 3.2
 
     def __init__(self) -> None:
         plotting.use_style()
-        self.fig = Figure(figsize=(self.width, self.height), dpi=100, layout="constrained")
+        self.fig = Figure(figsize=(min(self.width, plotting.COLUMN_IN), self.height),
+                          dpi=plotting.CSS_PX_PER_IN * plotting.DPR, layout="constrained")
         self.canvas = FigureCanvasAgg(self.fig)
         self._specs = {s.name: s for s in self.slider_specs}
+        for label, values in self.presets.items():
+            if not isinstance(label, str) or not label:
+                raise ValueError(f"{self.name}: preset labels must be non-empty strings; "
+                                 f"got {label!r}")
+            self._check(values)
         self.artists: list[Artist] = list(self.setup(self.fig))
         for a in self.artists:
             a.set_animated(True)
         # Layout once with the first frame's data, then freeze the layout so
         # that later frames cannot move the axes.
         self.update(**self.defaults)
+        self.min_font_pt = plotting.legible(self.fig)
         self.canvas.draw()
         self.fig.set_layout_engine("none")
         self.canvas.draw()
@@ -202,6 +312,9 @@ class Explorer:
         return {s.name: s.initial for s in self.slider_specs}
 
     def _check(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(values, Mapping):
+            raise TypeError(f"{self.name}: slider values must be a mapping; "
+                            f"got {type(values).__name__}")
         unknown = set(values) - set(self._specs)
         if unknown:
             raise TypeError(
@@ -216,6 +329,11 @@ class Explorer:
                     f"got {val!r}"
                 )
         return full
+
+    def _indices(self, values: Mapping[str, Any]) -> list[int]:
+        """Slider positions of ``values`` (defaults for the sliders left out)."""
+        full = self._check(values)
+        return [s.index(full[s.name]) for s in self.slider_specs]
 
     # -- one frame ---------------------------------------------------------
     def draw(self, **values: Any) -> None:
@@ -263,7 +381,13 @@ class Explorer:
 
     # -- static rendering --------------------------------------------------
     def player_html(self) -> str:
-        """The self-contained frame player (HTML, CSS and a few lines of JS)."""
+        """The self-contained frame player (HTML, CSS and a few lines of JS).
+
+        Frames are inlined (base64 WebP) so that the player works in any
+        notebook front end; the book's build (:mod:`lipattn.sphinxext`) moves
+        them into separate, cacheable files that the page fetches only when a
+        reader moves a control (or the player comes into view).
+        """
         images: list[str] = []
         seen: dict[str, int] = {}
         frames: list[int] = []
@@ -280,26 +404,56 @@ class Explorer:
         start = [s.index(s.initial) for s in specs]
         flat = int(np.ravel_multi_index(start, shape))
         payload = {"shape": shape, "labels": labels, "frames": frames, "images": images,
-                   "mime": "image/webp"}
-        controls = "".join(
-            f'<label><span>{html.escape(s.text)}</span>'
-            f'<input class="lp-range" type="range" min="0" max="{len(s.values) - 1}" step="1" '
-            f'value="{k}" data-name="{html.escape(s.name)}" aria-label="{html.escape(s.text)}">'
-            f"<output>{html.escape(labels[i][k])}</output></label>"
-            for i, (s, k) in enumerate(zip(specs, start, strict=True))
-        )
+                   "mime": "image/webp", "names": [s.text for s in specs], "title": self.title}
+        uid = f"lp-{self.name}-{next(_COUNTER)}"
+        esc = html.escape
+        controls = []
+        for i, (s, k) in enumerate(zip(specs, start, strict=True)):
+            if s.is_choice:
+                radios = "".join(
+                    f'<label><input type="radio" name="{uid}-{esc(s.name)}" value="{j}"'
+                    f'{" checked" if j == k else ""}> {esc(labels[i][j])}</label>'
+                    for j in range(len(s.values)))
+                controls.append(
+                    f'<fieldset class="lp-choice lp-control" data-name="{esc(s.name)}">'
+                    f"<legend>{esc(s.text)}</legend>{radios}</fieldset>")
+            else:
+                controls.append(
+                    f'<label class="lp-slider"><span>{esc(s.text)}</span>'
+                    f'<input class="lp-range lp-control" type="range" min="0" '
+                    f'max="{len(s.values) - 1}" step="1" value="{k}" data-name="{esc(s.name)}" '
+                    f'aria-valuetext="{esc(labels[i][k])}">'
+                    f"<output>{esc(labels[i][k])}</output></label>")
+        presets = "".join(
+            f'<button type="button" class="lp-preset" '
+            f'data-set="{esc(json.dumps(self._indices(vals)))}">'
+            f"{esc(label)}</button>"
+            for label, vals in self.presets.items())
+        if presets:
+            presets = (f'<div class="lp-presets" role="group" aria-label="Try a preset">'
+                       f"<span>Try:</span>{presets}</div>")
+        w_px, h_px = self.canvas.get_width_height()
+        css_w, css_h = w_px // plotting.DPR, h_px // plotting.DPR
+        min_font_px = self.min_font_pt * plotting.CSS_PX_PER_IN / 72
+        phone = plotting.phone_min_width(css_w, min_font_px)
+        said = ", ".join(f"{s.text} {labels[i][k]}"
+                         for i, (s, k) in enumerate(zip(specs, start, strict=True)))
         n_frames = len(frames)
         return (
             f"<style>{_PLAYER_CSS}</style>"
-            f'<div class="lipattn-player" data-explorer="{html.escape(self.name)}" '
-            f'data-frame="{flat}">'
-            f'<div class="lp-title">{html.escape(self.title)}</div>'
-            f'<div class="lp-controls">{controls}</div>'
-            f'<img class="lp-frame" alt="{html.escape(self.title)}" '
-            f'src="data:image/webp;base64,{images[frames[flat]]}">'
+            f'<div class="lipattn-player" id="explorer-{esc(self.name)}" role="group" '
+            f'aria-labelledby="{uid}-title" data-explorer="{esc(self.name)}" data-frame="{flat}">'
+            f'<div class="lp-title" id="{uid}-title">{esc(self.title)}</div>'
+            f"{presets}"
+            f'<div class="lp-controls">{"".join(controls)}</div>'
+            f'<div class="lp-frame-box"><img class="lp-frame" width="{css_w}" height="{css_h}" '
+            f'data-min-font-px="{min_font_px:.2f}" style="--lp-phone-min: {phone}px" '
+            f'alt="{esc(self.title)}: {esc(said)}" '
+            f'src="data:image/webp;base64,{images[frames[flat]]}"></div>'
+            f'<div class="lp-status" aria-live="polite"></div>'
             f'<div class="lp-note">Precomputed player: {n_frames} frames rendered by '
             f"<code>lipattn</code> when the book was built. Run the page as a notebook "
-            f"(<code>make lab</code>) for the live widget.</div>"
+            f"for the live widget.</div>"
             f'<script type="application/json" class="lp-data">{json.dumps(payload)}</script>'
             f"<script>{_PLAYER_JS}</script>"
             f"</div>"
@@ -314,27 +468,39 @@ class Explorer:
         """
         import ipywidgets as w
 
+        css_w = self.canvas.get_width_height()[0] // plotting.DPR
         image = w.Image(value=self.render(), format="png",
-                        layout=w.Layout(max_width="100%", height="auto"))
-        controls = {
-            s.name: w.SelectionSlider(
-                options=[(s.fmt(v), v) for v in s.values], value=s.initial,
-                description=s.text, continuous_update=True,
-                style={"description_width": "initial"}, layout=w.Layout(width="22em"),
-            )
-            for s in self.slider_specs
-        }
+                        layout=w.Layout(width=f"{css_w}px", max_width="100%", height="auto"))
+        controls = {}
+        for s in self.slider_specs:
+            options = [(s.fmt(v), v) for v in s.values]
+            common = {"options": options, "value": s.initial, "description": s.text,
+                      "style": {"description_width": "initial"}}
+            controls[s.name] = (w.RadioButtons(**common) if s.is_choice else w.SelectionSlider(
+                continuous_update=True, layout=w.Layout(width="22em"), **common))
 
         def redraw(_change: Any) -> None:
             image.value = self.render(**{k: c.value for k, c in controls.items()})
 
         for ctl in controls.values():
             ctl.observe(redraw, names="value")
-        return w.VBox([
-            w.HTML(f"<b>{html.escape(self.title)}</b>"),
-            w.HBox(list(controls.values()), layout=w.Layout(flex_flow="row wrap")),
-            image,
-        ])
+
+        def preset(values: Mapping[str, Any]) -> Callable[[Any], None]:
+            def click(_button: Any) -> None:
+                for key, value in self._check(values).items():
+                    controls[key].value = value
+            return click
+
+        buttons = []
+        for label, values in self.presets.items():
+            button = w.Button(description=label, layout=w.Layout(width="auto"))
+            button.on_click(preset(values))
+            buttons.append(button)
+        rows = [w.HTML(f"<b>{html.escape(self.title)}</b>")]
+        if buttons:
+            rows.append(w.HBox([w.Label("Try:"), *buttons], layout=w.Layout(flex_flow="row wrap")))
+        rows += [w.HBox(list(controls.values()), layout=w.Layout(flex_flow="row wrap")), image]
+        return w.VBox(rows)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {"text/plain": f"<{type(self).__name__} explorer {self.name!r}>"}

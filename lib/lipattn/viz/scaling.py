@@ -634,8 +634,14 @@ class DExplorer(Explorer):
         Slider("d", _D_SLIDER, label="head dimension dₖ", default=64),
         Slider("scaled", (True, False), label="divide by √dₖ",
                fmt=lambda v: "on (scaled)" if v else "off (unscaled)"),
-        Slider("n_keys", _N_GRID, label="keys N", default=64),
+        Slider("n_keys", _N_GRID, label="number of keys N", default=64),
     )
+    presets = {
+        "off, dₖ = 1": {"d": 1, "scaled": False, "n_keys": 64},
+        "off, dₖ = 4096": {"d": 4096, "scaled": False, "n_keys": 64},
+        "on, dₖ = 4096": {"d": 4096, "scaled": True, "n_keys": 64},
+        "N = 2, off": {"d": 16, "scaled": False, "n_keys": 2},
+    }
     width, height = 8.4, 4.4
 
     def setup(self, fig: Figure):
@@ -766,9 +772,14 @@ class SigmaExplorer(Explorer):
     title = "Scale one row of logits s = σ·g (N = 16): saturation of a single query"
     slider_specs = (
         Slider("sigma", _SIGMAS, label="logit scale σ", default=_SIGMAS[6]),
-        Slider("row", (0, 1, 2), label="row (gap between its top two g's)", default=1,
-               fmt=lambda i: f"gap {sigma_rows()[1][i]:.2f}"),
+        Slider("row", (0, 1, 2), label="row (gap between its top two scores g)", default=1,
+               fmt=lambda i: f"gap {sigma_rows()[1][i]:.2f}", kind="choice"),
     )
+    presets = {
+        "middle row, σ = 0.1": {"sigma": _SIGMAS[0], "row": 1},
+        "middle row, σ = 100": {"sigma": _SIGMAS[-1], "row": 1},
+        "near tie, σ = 100": {"sigma": _SIGMAS[-1], "row": 0},
+    }
     width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):

@@ -341,6 +341,12 @@ class LogitsExplorer(Explorer):
         Slider("tau", (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0), label="temperature τ",
                default=1.0),
     )
+    presets = {
+        "peak: z₁ = 1.5": {"z1": 1.5, "tau": 1.0},
+        "dip: z₁ = 0.75": {"z1": 0.75, "tau": 1.0},
+        "above 1: τ = 0.25": {"z1": 0.75, "tau": 0.25},
+        "one-hot: z₁ = 6": {"z1": 6.0, "tau": 1.0},
+    }
     width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):
@@ -397,7 +403,11 @@ class SaturationExplorer(Explorer):
 
     name = "softmax-saturation"
     title = "Saturation: scale the logits z = a·z₀ and watch ‖J‖₂ vanish"
-    slider_specs = (Slider("scale", _SAT_SCALES, label="scale a", default=_SAT_SCALES[10]),)
+    slider_specs = (Slider("scale", _SAT_SCALES, label="logit scale a", default=_SAT_SCALES[10]),)
+    presets = {
+        "uniform: a = 0.05": {"scale": _SAT_SCALES[0]},
+        "saturated: a = 50": {"scale": _SAT_SCALES[-1]},
+    }
     width, height = 8.4, 3.0
 
     def setup(self, fig: Figure):

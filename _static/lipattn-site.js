@@ -1,0 +1,123 @@
+/* The book's site-wide behaviour (loaded on every page by _config.yml). */
+(function () {
+  "use strict";
+  var root = document.documentElement;
+
+  /* Scroll boxes that overflow (wide formulas, figures on a phone) take keyboard focus. */
+  function focusable() {
+    var boxes = document.querySelectorAll(
+      'mjx-container[display="true"], .cell_output, .lipattn-player .lp-frame-box,' +
+      ' .pst-scrollable-table-container, div.math');
+    for (var i = 0; i < boxes.length; i++) {
+      var b = boxes[i], style = getComputedStyle(b);
+      var scrolls = b.scrollWidth > b.clientWidth + 1 &&
+        (style.overflowX === "auto" || style.overflowX === "scroll");
+      if (scrolls && !b.hasAttribute("tabindex")) {
+        b.setAttribute("tabindex", "0");
+        b.classList.add("lp-scroll");
+      } else if (!scrolls && b.classList.contains("lp-scroll")) {
+        b.removeAttribute("tabindex");
+        b.classList.remove("lp-scroll");
+      }
+    }
+  }
+
+  /* Formulas slightly too wide for the column are scaled to fit (down to 80 %). */
+  function fitMath() {
+    var eqs = document.querySelectorAll('mjx-container[display="true"]');
+    for (var i = 0; i < eqs.length; i++) {
+      var e = eqs[i];
+      e.style.fontSize = "";
+      var ratio = e.clientWidth / e.scrollWidth;
+      if (ratio < 1 && ratio >= 0.8) { e.style.fontSize = (100 * ratio - 1).toFixed(1) + "%"; }
+    }
+  }
+
+  function mathDone() {
+    if (window.lpMathDoneAt === undefined) { window.lpMathDoneAt = performance.now(); }
+    fitMath();
+    root.classList.add("lp-math-done");
+    focusable();
+  }
+
+  /* Solution and dropdown toggles are named after what they show. */
+  function nameToggles() {
+    var buttons = document.querySelectorAll("button.toggle-button");
+    for (var i = 0; i < buttons.length; i++) {
+      var b = buttons[i], box = b.closest(".admonition, .dropdown, details");
+      var title = box && box.querySelector(".admonition-title, summary");
+      var text = title ? title.textContent.replace(/\s+/g, " ").trim() : "";
+      if (text) { b.setAttribute("aria-label", "Show or hide: " + text); }
+    }
+  }
+
+  function ready() {
+    nameToggles();
+    if (!document.querySelector('script[src*="mathjax"]')) { mathDone(); return; }
+    var waited = 0;
+    (function wait() {
+      if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+        MathJax.startup.promise.then(mathDone, mathDone);
+      } else if ((waited += 50) > 15000) {
+        mathDone();
+      } else { setTimeout(wait, 50); }
+    })();
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { setTimeout(ready, 0); });
+  } else { setTimeout(ready, 0); }
+  var timer = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(timer);
+    timer = setTimeout(function () { if (root.classList.contains("lp-math-done")) { fitMath(); focusable(); } }, 150);
+  });
+
+  /* Search ranking: a page or section whose title holds every word of the
+     query comes first ("spectral norm" -> the chapter on spectral norms,
+     not one that mentions LayerNorm); partial matches count less. */
+  if (typeof Scorer !== "undefined" && !Scorer.lpTuned) {
+    var words = (new URLSearchParams(location.search).get("q") || "").toLowerCase()
+      .split(/\s+/).filter(function (w) { return w.length > 1; });
+    Scorer.lpTuned = true;
+    Scorer.partialTitle = 3;
+    Scorer.partialTerm = 1;
+    Scorer.score = function (result) {
+      var title = String(result[1] || "").toLowerCase(), score = result[4];
+      var all = words.length > 0 && words.every(function (w) { return title.indexOf(w) >= 0; });
+      return all ? score + 20 : score;
+    };
+  }
+
+  /* A formula's source as plain text for a snippet: \|W\|_2 -> ||W||_2. */
+  var SYMBOLS = { leq: "≤", le: "≤", geq: "≥", ge: "≥", approx: "≈", to: "→", infty: "∞",
+    cdot: "·", times: "×", sqrt: "√", ell: "ℓ", partial: "∂", sigma: "σ", alpha: "α",
+    lambda: "λ", tau: "τ", rho: "ρ", varepsilon: "ε", epsilon: "ε", Delta: "Δ", mu: "μ",
+    pi: "π", top: "ᵀ", dots: "…", ldots: "…", in: "∈", ne: "≠", sum: "Σ", max: "max",
+    min: "min", log: "log", exp: "exp", softmax: "softmax", diag: "diag" };
+  function plainTeX(tex) {
+    return tex.replace(/^\s*(\\\(|\\\[|\$\$?)/, "").replace(/(\\\)|\\\]|\$\$?)\s*$/, "")
+      .replace(/\\\|/g, "||").replace(/\\[,;!: ]/g, " ")
+      .replace(/\\(left|right|big|Big|bigg|Bigg)\b/g, "")
+      .replace(/\\(mathrm|mathbb|mathbf|operatorname|text|mathcal)\{([^}]*)\}/g, "$2")
+      .replace(/\\([A-Za-z]+)/g, function (m, name) { return SYMBOLS[name] || name; })
+      .replace(/[{}]/g, "").replace(/\s+/g, " ").trim();
+  }
+
+  /* Search snippets: prose only, no raw TeX, code, players or quizzes. */
+  if (typeof Search !== "undefined" && Search.htmlToText && !Search.lpClean) {
+    var toText = Search.htmlToText;
+    Search.lpClean = true;
+    Search.htmlToText = function (htmlString, anchor) {
+      var doc = new DOMParser().parseFromString(htmlString, "text/html");
+      doc.querySelectorAll(".cell_input, .cell_output, pre, .lipattn-player, " +
+        ".lipattn-quiz, .lp-run-locally, .bd-sidebar-secondary, .bd-header-article, " +
+        ".prev-next-area, .bd-footer-article, .toggle-button, .copybtn, nav, " +
+        "#jb-print-docs-body").forEach(function (el) { el.remove(); });
+      doc.querySelectorAll(".math").forEach(function (el) {
+        el.replaceWith(doc.createTextNode(plainTeX(el.textContent)));
+      });
+      return toText(doc.documentElement.outerHTML, anchor);
+    };
+  }
+})();
