@@ -230,3 +230,28 @@ def test_inputs_hash_rejects_a_string_and_missing_paths(tmp_path: Path):
     with pytest.raises(ValueError, match="^root must be an existing directory"):
         inputs_hash(tmp_path / "nope", ["lib"])
     assert inputs_hash(str(tmp_path), ["lib"]) == inputs_hash(tmp_path, ["lib"])
+
+
+def test_quiz_and_interview_files_and_shipped_weights_re_key_the_cache(tmp_path: Path):
+    """The pages render quizzes and interview answers from YAML and load shipped
+    weights (.npz): a change to any of them must re-execute the pages."""
+    for sub in ("lib/pkg/data", "chapters/quizzes", "chapters/interview"):
+        (tmp_path / sub).mkdir(parents=True)
+    files = {"lib/pkg/data/w.npz": b"\x00\x01", "chapters/quizzes/q.yml": b"a: 1\n",
+             "chapters/interview/i.yml": b"b: 1\n"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    watch = ["lib", "chapters/quizzes", "chapters/interview"]
+    seen = {inputs_hash(tmp_path, watch)}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data + b"2")
+        seen.add(inputs_hash(tmp_path, watch))
+    assert len(seen) == 1 + len(files)
+
+
+def test_the_book_watches_its_quiz_and_interview_sources():
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).parents[1] / "_config.yml").read_text())
+    watch = config["sphinx"]["config"]["lipattn_watch"]
+    assert {"lib", "requirements.txt", "chapters/quizzes", "chapters/interview"} <= set(watch)

@@ -77,7 +77,8 @@ MATHJAX_FILES = (
     "es5/a11y/assistive-mml.js",
 )
 
-_WATCHED_SUFFIXES = {".py", ".mplstyle", ".css", ".js", ".txt", ".toml", ".cfg"}
+_WATCHED_SUFFIXES = {".py", ".mplstyle", ".css", ".js", ".txt", ".toml", ".cfg", ".yml",
+                     ".npz"}
 
 
 def inputs_hash(root: Path | str, watch: list[str]) -> str:
