@@ -463,6 +463,10 @@ class StackExplorer(Explorer):
     """Depth, weight scale and block type: tokens, r_l with the cubic bound, attention."""
 
     name = "collapse-stack"
+    presets = {"attention only, s = 1": {"block": "pure", "scale": 1.0, "layer": 0},
+               "attention only, s = 4": {"block": "pure", "scale": 4.0, "layer": 0},
+               "X + f(X), s = 2": {"block": "skip", "scale": 2.0, "layer": 12},
+               "X + f(X)/√L, s = 4": {"block": "alpha", "scale": 4.0, "layer": 12}}
     title = "A stack of attention layers: tokens, relative residual, attention matrix"
     slider_specs = (
         Slider("layer", _LAYER_GRID, label="layer l", default=0),
@@ -570,6 +574,11 @@ class SkipExplorer(Explorer):
     """Branch scale alpha and weight scale s: residual, mean token and their ratio."""
 
     name = "collapse-skip"
+    presets = {"α = 1, s = 1": {"alpha": 1.0, "scale": 1.0},
+               "α = 1/8, s = 1": {"alpha": 0.125, "scale": 1.0},
+               "α = 1/√20, s = 4": {"alpha": 1 / math.sqrt(20), "scale": 4.0},
+               "α = 1/8, s = 4": {"alpha": 0.125, "scale": 4.0},
+               "no skips": {"alpha": 0.0, "scale": 1.0}}
     title = "Skip connections X + α f(X): what grows, what shrinks (20 layers, median of 5 seeds)"
     slider_specs = (
         Slider("alpha", _ALPHAS, label="branch scale α", default=1.0, fmt=_alpha_label),

@@ -291,6 +291,10 @@ class LipschitzExplorer(Explorer):
     """Scale t, tokens N and the input family: exact constant vs bound vs card formula."""
 
     name = "lipschitz-t"
+    presets = {"two-sided, N = 4, t = 1/4": {"config": "two-sided", "N": 4, "t": 0.25},
+               "two-sided, N = 4, t = 8": {"config": "two-sided", "N": 4, "t": 8.0},
+               "sink, N = 64, t = 2": {"config": "sink", "N": 64, "t": 2.0},
+               "sink, N = 64, t = 6": {"config": "sink", "N": 64, "t": 6.0}}
     title = "Local Lipschitz constant of self-attention against the input scale t"
     slider_specs = (
         Slider("t", _T_GRID, label="input scale t (largest token norm)", default=4.0),

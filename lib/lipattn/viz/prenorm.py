@@ -263,6 +263,8 @@ class DepthExplorer(Explorer):
     stream's size and token diversity at initialisation."""
 
     name = "prenorm-depth"
+    presets = {"Post-LN, L = 24, W_Q": {"variant": "post", "layers": 24, "matrix": "W_Q"},
+               "Pre-LN, L = 24, W_2": {"variant": "pre", "layers": 24, "matrix": "W_2"}}
     title = (f"Gradients at initialisation, per layer (d = {PROFILE_D}, N = {PROFILE_TOKENS}, "
              f"{PROFILE_SEEDS} seeds, medians)")
     slider_specs = (
@@ -341,6 +343,9 @@ class WarmupExplorer(Explorer):
     """Learning rate, warm-up and variant: loss and token diversity during training."""
 
     name = "prenorm-warmup"
+    presets = {"Post-LN, no warm-up": {"variant": "post", "lr": 1e-2, "warmup": 0},
+               "Post-LN, warm-up": {"variant": "post", "lr": 1e-2, "warmup": 60},
+               "Pre-LN, no warm-up": {"variant": "pre", "lr": 1e-2, "warmup": 0}}
     title = (f"Training on reversal (L = {TRAIN['layers']}, d = {TRAIN['d']}, batch "
              f"{TRAIN['batch']}, Adam (0.9, 0.98), {len(TRAIN_SEEDS)} seeds)")
     slider_specs = (

@@ -267,6 +267,11 @@ class StabiliserExplorer(Explorer):
     """Input scale t, input family and attention variant: exact constants and P."""
 
     name = "stabilisers-t"
+    presets = {"two-sided, QK-norm, t = 0.1": {"family": "two-sided", "variant": "qknorm",
+                                                "t": 0.1},
+               "two-sided, QK-norm, t = 64": {"family": "two-sided", "variant": "qknorm",
+                                               "t": 64.0},
+               "random, QK-norm, t = 64": {"family": "random", "variant": "qknorm", "t": 64.0}}
     title = "Exact local constant of attention variants against the input scale t"
     slider_specs = (
         Slider("t", _T_GRID, label="input scale t", default=8.0),

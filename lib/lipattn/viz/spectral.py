@@ -656,6 +656,10 @@ class PowerExplorer(Explorer):
     """Power iteration on W = R(30 deg) diag(1, rho): the geometry and the error."""
 
     name = "spectral-power"
+    presets = {"ρ = 0.5, 10°, k = 1": {"rho": 0.5, "angle": 10, "k": 1},
+               "ρ = 0.99, 10°": {"rho": 0.99, "angle": 10, "k": 8},
+               "start at 89°": {"rho": 0.5, "angle": 89, "k": 1},
+               "start at 90°": {"rho": 0.5, "angle": 90, "k": 8}}
     title = "Power iteration on a 2 × 2 matrix with σ₁ = 1, σ₂ = ρ"
     slider_specs = (
         Slider("k", tuple(range(1, _K_MAX + 1)), label="step k", default=3),
@@ -726,11 +730,14 @@ class TrackingExplorer(Explorer):
     """Spectral normalisation of a drifting W: persistent or fresh u."""
 
     name = "spectral-tracking"
+    presets = {"kept, η = 0.001": {"persistent": True, "drift": 0.001},
+               "kept, η = 0.1": {"persistent": True, "drift": 0.1},
+               "fresh, η = 0.1": {"persistent": False, "drift": 0.1}}
     title = "Spectral normalisation while W drifts (48 × 48, σ₂/σ₁ = 0.8 at the start)"
     slider_specs = (
         Slider("drift", _DRIFTS, label="drift per step η", default=0.01),
-        Slider("persistent", (True, False), label="u",
-               fmt=lambda p: "persistent" if p else "fresh each step"),
+        Slider("persistent", (True, False), label="power-iteration vector u",
+               fmt=lambda p: "kept between steps" if p else "fresh each step"),
     )
     width, height = 8.4, 3.2
 
