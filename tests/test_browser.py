@@ -24,6 +24,7 @@ PAGES = {  # page -> least number of explorers on it
     "chapters/02_scaling_saturation.html": 2,
     "chapters/03_rank_collapse.html": 2,
     "chapters/06_attention_lipschitz.html": 1,
+    "chapters/07_real_transformers.html": 1,
     "chapters/05_spectral_normalisation.html": 2,
     "chapters/04_prenorm_postnorm.html": 2,
     "chapters/audit.html": 0,

@@ -20,7 +20,11 @@ One module per concept:
   :mod:`lipattn.prenorm` -- LayerNorm's Jacobian, a numpy Post-/Pre-LN encoder
   with a hand-written backward, Adam on sequence reversal, and the experiments;
 - :mod:`lipattn.sensitivity` -- input sensitivity of deep stacks: end-to-end vs per-layer Jacobians;
+- :mod:`lipattn.pretrained` -- the book's trained reversal encoders: shipped weights, the
+  script that regenerates them, and the statements the chapters make about them;
 - :mod:`lipattn.audit` -- the interview card's claims and verdicts, for the audit and review;
+- :mod:`lipattn.interview` -- the chapters' interview answers, English and Chinese side by
+  side in ``chapters/interview/*.yml``, with a staleness hash of the English;
 - :mod:`lipattn.widgets` -- explorers: one definition, a live widget in a kernel
   and a precomputed frame player on the static site;
 - :mod:`lipattn.plotting` -- the book's plot style;

@@ -212,17 +212,21 @@ CLAIMS: tuple[Claim, ...] = (
         r"Post-LN and $d\sqrt{\ln d/L}$ for Pre-LN. Whether the other layers' gradients "
         r"match depends on the setting; in the book's small encoders Pre-LN's fall towards "
         r"the output. Adam's first step has the same relative size everywhere; "
-        r"Post-LN fails without warm-up because it amplifies parameter changes with depth.",
+        r"Post-LN amplifies parameter changes with depth (Liu et al.), the usual "
+        r"explanation of why it needs warm-up; that this amplification is what makes the "
+        r"small runs fail is an inference, not measured.",
         r"Pre-LN gradients fall towards the output; the last layer scales like $L^{-1/2}$; "
         r"warm-up tames amplification.",
         "04_prenorm_postnorm", ("def-variants",),
         {"en": r"Pre-LN's gradient norms are not constant across layers (they fall towards "
                r"the output); Xiong et al. bound the last layer's gradient only "
-               r"($\propto L^{-1/2}$), and warm-up counters Post-LN's amplification of "
-               r"updates with depth.",
+               r"($\propto L^{-1/2}$); warm-up is usually explained by Post-LN's "
+               r"amplification of updates with depth (Liu et al.), and in small runs the "
+               r"failures went with falling token diversity, a correlation.",
          "zh": r"Pre-LN 各层的梯度范数并不恒定（朝输出方向递减）；Xiong 等人只给出了最后一层"
-               r"梯度的上界（$\propto L^{-1/2}$）；预热所应对的，是 Post-LN 随深度放大参数更新"
-               r"的效应。"},
+               r"梯度的上界（$\propto L^{-1/2}$）；预热通常被解释为抵消 Post-LN 随深度"
+               r"放大参数更新的效应（Liu 等人），而在小规模实验中，"
+               r"训练失败与 token 多样性持续下降同时出现，这只是相关关系。"},
     ),
     Claim(
         6, "Spectral normalisation",

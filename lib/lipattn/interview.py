@@ -47,7 +47,8 @@ FOLDER = Path(__file__).resolve().parents[2] / "chapters" / "interview"
 #: The chapters with an interview answer, in the book's order.
 CHAPTERS: tuple[str, ...] = ("01_softmax_jacobian", "02_scaling_saturation",
                              "03_rank_collapse", "04_prenorm_postnorm",
-                             "05_spectral_normalisation", "06_attention_lipschitz")
+                             "05_spectral_normalisation", "06_attention_lipschitz",
+                             "07_real_transformers")
 
 #: The parts of an answer, in the order they are rendered.
 PARTS: tuple[str, ...] = ("spoken", "points", "whiteboard", "follow_ups", "names")

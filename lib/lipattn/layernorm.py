@@ -85,6 +85,16 @@ def _ln(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     return c * inv_s, inv_s
 
 
+def _ln_plain_bwd(dy: np.ndarray, y: np.ndarray, inv_s: np.ndarray) -> np.ndarray:
+    """J^T dy for LayerNorm without affine, y = (x - mean)/s: (dy - mean dy - y mean(dy y))/s.
+
+    The Jacobian is symmetric, so this is also J dy. Shapes broadcast over leading axes;
+    ``inv_s`` has a trailing axis of length 1.
+    """
+    return inv_s * (dy - dy.mean(axis=-1, keepdims=True)
+                    - y * np.mean(dy * y, axis=-1, keepdims=True))
+
+
 def layer_norm(x: Any, eps: float = 1e-5) -> np.ndarray:
     r"""LayerNorm over the last axis, without gain or bias.
 

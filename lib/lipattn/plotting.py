@@ -11,9 +11,11 @@ import io
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 
 __all__ = [
+    "attention_panel",
     "STYLE_FILE", "use_style", "figure", "figure_png", "setup_notebook", "HALF_COLOR", "ONE_COLOR",
 ]
 
@@ -78,3 +80,20 @@ def setup_notebook() -> None:
     ip = get_ipython()
     if ip is not None:
         ip.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
+
+
+def attention_panel(fig: Figure, ax, title: str, *, fontsize: float = 9.5):
+    """An empty attention-matrix image on ``ax`` (weights 0..1, query rows, key columns).
+
+    The explorers set its data with ``set_data(P)``; the extent is fixed, so a
+    matrix of any size fills the panel. Returns the image artist.
+    """
+    img = ax.imshow(np.zeros((3, 3)), vmin=0, vmax=1, cmap="viridis", extent=(0, 1, 1, 0),
+                    interpolation="none", aspect="auto")
+    ax.set_xticks([0, 1])
+    ax.set_xticklabels(["key 1", "key N"])
+    ax.set_yticks([0, 1])
+    ax.set_yticklabels(["query 1", "query N"])
+    fig.colorbar(img, ax=ax, fraction=0.05, pad=0.02, label="attention weight")
+    ax.set_title(title, fontsize=fontsize)
+    return img

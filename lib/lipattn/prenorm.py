@@ -59,14 +59,17 @@ class InitProfile:
 
 
 def _check_counts(layers: int, d: int, seeds: int, n_tokens: int) -> tuple[int, int, int, int]:
-    """Validate the sizes of a batch of models; at most 1e8 weights and 1e8 activations."""
+    """Validate the sizes of a batch of models; at most 5e8 weights and 5e8 activations
+    (4 GB each in float64: Chapter 4's largest batch, 48 models of 48 layers at d = 64,
+    holds 1.1e8 weights)."""
     layers = as_count(layers, "layers", 1)
     d = as_count(d, "d", 2)
     seeds = as_count(seeds, "seeds", 1)
     n_tokens = as_count(n_tokens, "n_tokens", 1)
-    if seeds * layers * 12 * d * d > 10**8 or seeds * layers * n_tokens * max(n_tokens, 4 * d) \
-            > 10**8:
-        raise ValueError(f"layers, d, seeds, n_tokens must give at most 1e8 weights and "
+    cap = 5 * 10**8
+    if seeds * layers * 12 * d * d > cap or seeds * layers * n_tokens * max(n_tokens, 4 * d) \
+            > cap:
+        raise ValueError(f"layers, d, seeds, n_tokens must give at most 5e8 weights and "
                          f"activations (memory); got layers = {layers}, d = {d}, "
                          f"seeds = {seeds}, n_tokens = {n_tokens}")
     return layers, d, seeds, n_tokens

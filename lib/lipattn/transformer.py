@@ -40,7 +40,7 @@ import numpy as np
 
 from ._validate import as_choice, as_count, as_real_array, as_seed, as_step
 from .collapse import relative_residual
-from .layernorm import _ln
+from .layernorm import _ln, _ln_plain_bwd
 from .softmax import softmax
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
@@ -224,12 +224,6 @@ def _ln_bwd(dout, cache, grads, gk, bk):
     grads[gk] = _reduce_to(dout * y, np.shape(g))
     grads[bk] = _reduce_to(dout, np.shape(g))
     return _ln_plain_bwd(dout * g, y, inv_s)
-
-
-def _ln_plain_bwd(dy, y, inv_s):
-    """J^T dy for LN without affine: (dy - mean dy - y mean(dy y)) / s."""
-    return inv_s * (dy - dy.mean(axis=-1, keepdims=True)
-                    - y * np.mean(dy * y, axis=-1, keepdims=True))
 
 
 def _attn_fwd(H, p):

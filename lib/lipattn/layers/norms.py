@@ -20,8 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validate import as_positive_float
-from ..layernorm import _prepare
-from ..transformer import _ln_plain_bwd
+from ..layernorm import _ln_plain_bwd, _prepare
 from .base import check_input, weight
 
 __all__ = ["LayerNorm", "RMSNorm"]

@@ -592,7 +592,7 @@ class SkipExplorer(Explorer):
         (self._rel,) = ax_r.plot(ell, np.ones(_SKIP_L + 1), "o-", ms=3, color=_SKIP,
                                  label="$r_l$ measured")
         (self._heur,) = ax_r.plot(ell, np.ones(_SKIP_L + 1), "--", color=plotting.ONE_COLOR,
-                                  label=r"$r_0 (1 + \alpha^2 s^2)^{-l/2}$ (uniform attention)")
+                                  label=r"$r_0 (1 + \alpha^2 s^2)^{-l/2}$ (equal rows of $P$)")
         ax_r.set_yscale("log")
         ax_r.set_ylim(_FLOOR, 3)
         ax_r.set_xlabel("layer $l$")

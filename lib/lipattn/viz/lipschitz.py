@@ -325,14 +325,7 @@ class LipschitzExplorer(Explorer):
         ax.set_ylabel("local Lipschitz constant")
         ax.legend(loc="upper left", fontsize=8, ncol=2)
         self._title = fig.suptitle(" ", fontsize=9)
-        self._img = ax_p.imshow(np.zeros((4, 4)), vmin=0, vmax=1, cmap="viridis",
-                                extent=(0, 1, 1, 0), interpolation="none", aspect="auto")
-        ax_p.set_xticks([0, 1])
-        ax_p.set_xticklabels(["key 1", "key N"])
-        ax_p.set_yticks([0, 1])
-        ax_p.set_yticklabels(["query 1", "query N"])
-        fig.colorbar(self._img, ax=ax_p, fraction=0.05, pad=0.02, label="attention weight")
-        ax_p.set_title("attention matrix P", fontsize=9.5)
+        self._img = plotting.attention_panel(fig, ax_p, "attention matrix P", fontsize=9.5)
         return [*self._lines.values(), self._kim, self._dot, self._title, self._img]
 
     def update(self, t: float, N: int, config: str) -> None:

@@ -1,0 +1,102 @@
+"""lipattn.viz.real: the initialisations, the experiments' invariants and the explorer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lipattn import lipschitz as lip
+from lipattn.layers import MultiHeadAttention
+from lipattn.viz import real
+from lipattn.widgets import get_explorer
+
+
+def test_gpt2_init_follows_hugging_face():
+    st = real.gpt2_state(4, 64, seed=1)
+    for name, w in st.items():
+        if name.endswith("c_proj.weight"):
+            assert abs(w.std() / (0.02 / math.sqrt(8)) - 1) < 0.05, name
+        elif w.ndim == 1 and name.endswith("weight"):          # LayerNorm gains
+            assert np.all(w == 1)
+        elif name.endswith("bias"):
+            assert np.all(w == 0), name
+        else:
+            assert abs(w.std() / 0.02 - 1) < 0.1, name
+    deep = real.gpt2_state(1, 64, init_depth=12, seed=1)["h.0.mlp.c_proj.weight"]
+    assert abs(deep.std() / (0.02 / math.sqrt(24)) - 1) < 0.05
+
+
+def test_llama_init_has_no_residual_rescaling():
+    st = real.llama_state(2, 64, 4, seed=2)
+    assert st["layers.0.mlp.gate_proj.weight"].shape == (192, 64)   # 8 d / 3 -> 192
+    for name in ("layers.1.self_attn.o_proj.weight", "layers.1.mlp.down_proj.weight"):
+        assert abs(st[name].std() / 0.02 - 1) < 0.1
+
+
+def dense_jacobian(f, X, h=1e-6):
+    cols = []
+    for k in range(X.size):
+        E = np.zeros(X.size)
+        E[k] = h
+        E = E.reshape(X.shape)
+        cols.append(((f(X + E) - f(X - E)) / (2 * h)).ravel())
+    return np.column_stack(cols)
+
+
+def test_head_constants_against_dense_jacobians():
+    rng = np.random.default_rng(3)
+    d, h = 6, 3
+    W = [rng.standard_normal((d, d)) / 2 for _ in range(4)]
+    attn = MultiHeadAttention(*W, n_head=h, b_Q=rng.standard_normal(d), mask="causal")
+    X = rng.standard_normal((5, d))
+    hc = real.head_constants(attn, X)
+    full = np.linalg.norm(dense_jacobian(lambda Z: attn.forward(Z)[0], X), 2)
+    assert abs(hc["exact"] - full) < 1e-6 * full
+    for i in range(h):
+        head = attn.head(i)
+        Li = np.linalg.norm(dense_jacobian(lambda Z, hd=head: hd.forward(Z)[0], X), 2)
+        assert abs(hc["L_h"][i] - Li) < 1e-6 * Li
+        bare = lambda Z, hd=head: hd.forward(Z)[0] @ np.linalg.pinv(hd.W_O)  # noqa: E731
+        ci = np.linalg.norm(dense_jacobian(bare, X), 2)
+        assert abs(hc["c_h"][i] - ci) < 1e-5 * ci
+    assert hc["exact"] <= min(hc["sum"], hc["sqrt_form"]) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("layout", ["gpt2", "llama"])
+def test_depth_profile_obeys_the_chain_rule(layout):
+    p = real.depth_profile(layout, 6, [1, 3, 6], d=16, n_head=2, N=4, seed=4)
+    assert abs(p["exact"][0] - p["product"][0]) < 1e-5 * p["product"][0]
+    assert np.all(p["exact"] <= p["product"] * (1 + 1e-5))
+    assert p["blocks"].shape == (6,) and np.all(p["blocks"] > 0)
+
+
+def test_scale_curves_match_independent_paths():
+    ts = [0.5, 4.0]
+    c = real.scale_curves("random", ts, d=3, N=4, seed=5)
+    X, Wq, Wk, Wv = real._family("random", 3, 4, 5)
+    for k, t in enumerate(ts):
+        std = lip.local_lipschitz(t * X, Wq, Wk, Wv, method="dense")
+        assert abs(c["standard"][k] - std) < 1e-7 * std
+        lin = lip.local_lipschitz(t * X, Wq / math.sqrt(3), Wk, Wv, method="dense")
+        assert abs(c["linear"][k] - lin) < 1e-7 * lin
+        n = [W / np.linalg.norm(W, 2) for W in (Wq, Wk, Wv)]
+        sig = lip.local_lipschitz(t * X, *n, method="dense")
+        assert abs(c["sigma"][k] - sig) < 1e-7 * sig
+        l2 = lip.l2_local_lipschitz(t * X, Wq, Wv, method="dense")
+        assert abs(c["l2"][k] - l2) < 1e-7 * l2
+    with pytest.raises(ValueError, match="family"):
+        real.scale_curves("sink", ts)
+    with pytest.raises(ValueError, match="layout"):
+        real.random_model("bert", 1, 8, 2)
+
+
+def test_explorer_shows_the_highlighted_variant():
+    ex = get_explorer("stabilisers-t")
+    ex.render(t=64.0, family="two-sided", variant="qknorm")
+    lines = ex._lines
+    assert lines["qknorm"].get_linewidth() > lines["standard"].get_linewidth()
+    assert "QK-RMSNorm" in ex._title.get_text()
+    data = real._explorer_data()["two-sided"]
+    assert data["qknorm"][-1] > data["standard"][-1] > data["l2"][-1]
