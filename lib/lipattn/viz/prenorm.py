@@ -172,16 +172,22 @@ def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
 # ---------------------------------------------------------------------------
 # warm-up
 # ---------------------------------------------------------------------------
-def fig_intuition(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
-    """Loss curves at one learning rate: Post-LN with and without warm-up, Pre-LN without."""
-    fig, ax = plotting.figure(width=7.0, height=3.2)
+def _three_cases(ax, grid: dict[str, TrainResult], lr: float, field: str, **style) -> None:
+    """Every seed's curve of ``field`` (a (runs, steps) attribute of TrainResult) at peak
+    learning rate ``lr``: Post-LN with and without warm-up, Pre-LN without."""
     cases = (("post", 0, "C1", "-", "Post-LN, no warm-up"),
              ("post", WARMUPS[-1], "C1", "--", f"Post-LN, warm-up {WARMUPS[-1]} steps"),
              ("pre", 0, "C0", "-", "Pre-LN, no warm-up"))
     for v, w, color, ls, label in cases:
         for s in TRAIN_SEEDS:
-            ax.plot(grid[v].loss[grid_index(lr, w, s)], color=color, ls=ls, lw=1.4,
-                    label=label if s == TRAIN_SEEDS[0] else None)
+            ax.plot(getattr(grid[v], field)[grid_index(lr, w, s)], color=color, ls=ls,
+                    label=label if s == TRAIN_SEEDS[0] else None, **style)
+
+
+def fig_intuition(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
+    """Loss curves at one learning rate: Post-LN with and without warm-up, Pre-LN without."""
+    fig, ax = plotting.figure(width=7.0, height=3.2)
+    _three_cases(ax, grid, lr, "loss", lw=1.4)
     ax.axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1, label="chance, ln 16")
     ax.set_yscale("log")
     ax.set_ylim(1e-4, 6)
@@ -253,13 +259,7 @@ def fig_grad_norm(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
     """The whole gradient's norm at every step, every seed: Post-LN with and
     without warm-up and Pre-LN without, at one peak learning rate."""
     fig, ax = plotting.figure(width=7.0, height=3.2)
-    cases = (("post", 0, "C1", "-", "Post-LN, no warm-up"),
-             ("post", WARMUPS[-1], "C1", "--", f"Post-LN, warm-up {WARMUPS[-1]} steps"),
-             ("pre", 0, "C0", "-", "Pre-LN, no warm-up"))
-    for v, w, color, ls, label in cases:
-        for s in TRAIN_SEEDS:
-            ax.plot(grid[v].grad_total[grid_index(lr, w, s)], color=color, ls=ls, lw=1.1,
-                    alpha=0.85, label=label if s == TRAIN_SEEDS[0] else None)
+    _three_cases(ax, grid, lr, "grad_total", lw=1.1, alpha=0.85)
     ax.set_yscale("log")
     ax.set_xlabel("Adam step")
     ax.set_ylabel("‖gradient‖ (all parameters, log axis)")
