@@ -230,3 +230,72 @@ def test_profile_bands_are_median_and_quantiles():
     for v, line in zip(("post", "pre"), lines, strict=True):
         np.testing.assert_allclose(line.get_ydata(),
                                    np.median(prof[v].grad[:, :, W2], axis=0), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# exact layer Jacobians and interventions
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", ["post", "pre"])
+def test_encoder_layer_matches_the_encoder_and_its_dense_jacobian(variant):
+    from lipattn import sensitivity
+    params = transformer.init_params(3, 8, heads=2, seed=1)
+    X = np.random.default_rng(2).standard_normal((5, 8))
+    stream = transformer.residual_stream(params, X, variant=variant)
+    for l_, p in enumerate(params):
+        ps = {k: v if k == "heads" else np.reshape(v, np.shape(v)[-2:] if k.startswith("W_")
+                                                   else (-1,)) for k, v in p.items()}
+        Y, _ = prenorm.encoder_layer(ps, variant).forward(stream[l_])
+        np.testing.assert_allclose(Y, stream[l_ + 1], rtol=1e-12, atol=1e-12)
+    # the exact norms against dense central-difference Jacobians (sensitivity), on
+    # init_profile's models (seed s) and inputs
+    exact = prenorm.layer_jacobian_norms(3, 8, variant, seeds=2, n_tokens=5)
+    Xs, _ = prenorm._inputs(3, 8, 2, 5)
+    for s in range(2):
+        fd = sensitivity.layer_jacobian_norms(
+            transformer.init_params(3, 8, seed=s), Xs[s], variant=variant)
+        np.testing.assert_allclose(exact[s], fd, rtol=1e-6)
+
+
+def test_layer_jacobian_norm_bounds_every_backward_gain():
+    """||J_l||_2 >= ||dl/dX_l|| / ||dl/dX_{l+1}|| for init_profile's read-out, every seed."""
+    J = prenorm.layer_jacobian_norms(4, 16, "post", seeds=4)
+    sg = prenorm.init_profile(4, 16, "post", seeds=4).stream_grad
+    assert np.all(sg[:, :-1] / sg[:, 1:] <= J * (1 + 1e-9))
+
+
+def test_scaled_updates_freeze_and_scale_the_chosen_runs():
+    kw = {"layers": 2, "d": 16, "batch": 4, "steps": 4}
+    labels, res = prenorm.intervention_runs(
+        {"none": None, "freeze FFN": (("W_1", "W_2"), 4, 0.0), "all / 4 once": (None, 1, 0.25)},
+        [0, 1], variant="post", lr=1e-2, **kw)
+    assert labels == ["none"] * 2 + ["freeze FFN"] * 2 + ["all / 4 once"] * 2
+    base = training.train_reversal("post", 1e-2, 0, [0, 1], **kw)
+    np.testing.assert_allclose(res.loss[:2], base.loss, rtol=1e-5)
+    for i, s in ((2, 0), (3, 1)):
+        init = training.init_model(2, 16, 16, 8, seed=s)["blocks"]
+        for l_ in range(2):
+            for k in ("W_1", "W_2"):
+                np.testing.assert_array_equal(res.run(i)["blocks"][l_][k],
+                                              init[l_][k].astype(np.float32))
+    # the first update scaled by 1/4: Adam's first step is lr * sign(g), so 0.25 lr
+    np.testing.assert_allclose(res.update[4:, 0], 0.25 * base.update[:, 0], rtol=1e-5)
+    with pytest.raises(ValueError, match="factor"):
+        prenorm.scaled_updates({0: (None, 1, -1.0)})
+    with pytest.raises(TypeError, match="names"):
+        prenorm.scaled_updates({0: ("W_Q", 1, 0.0)})
+    with pytest.raises(TypeError, match="interventions"):
+        prenorm.intervention_runs({}, [0])
+
+
+def test_new_figures_build():
+    kw = {"layers": 2, "d": 16, "batch": 4, "steps": 3}
+    # a small grid of training_grid's layout (fig_grad_norm indexes it by grid_index)
+    full = {v: training.train_reversal(
+        v, [lr for lr in viz.LRS for _ in viz.WARMUPS for _ in viz.TRAIN_SEEDS],
+        [w for _ in viz.LRS for w in viz.WARMUPS for _ in viz.TRAIN_SEEDS],
+        [s for _ in viz.LRS for _ in viz.WARMUPS for s in viz.TRAIN_SEEDS], **kw)
+        for v in ("post", "pre")}
+    assert isinstance(viz.fig_grad_norm(full), Figure)
+    labels, res = prenorm.intervention_runs(viz.INTERVENTIONS, list(viz.TRAIN_SEEDS), **kw)
+    fig = viz.fig_interventions(full, labels, res)
+    assert len(fig.axes[0].get_lines()) == len(viz.TRAIN_SEEDS) * (1 + len(viz.INTERVENTIONS))

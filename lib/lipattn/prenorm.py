@@ -11,16 +11,19 @@ direction equally and has no preferred scale.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ._blas import single_threaded
 from ._validate import as_choice, as_count, as_positive_float, as_real_array, scale_of
+from .training import TrainResult
 from .transformer import MATRICES, _backward, _forward, init_params, stack_params
 
 __all__ = ["InitProfile", "init_profile", "last_layer_gradients", "fit_power",
-           "fit_log", "amplification"]
+           "fit_log", "amplification", "encoder_layer", "layer_jacobian_norms",
+           "scaled_updates", "intervention_runs"]
 
 
 @dataclass
@@ -82,6 +85,12 @@ def _models(layers: int, d: int, seeds: int, heads: int) -> list[dict]:
     return stack_params([init_params(layers, d, heads=heads, seed=s) for s in range(seeds)])
 
 
+def _inputs(layers: int, d: int, seeds: int, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs X and read-out weights G of :func:`init_profile` (one draw per seed)."""
+    rng = np.random.default_rng([layers, d, n_tokens])
+    return rng.standard_normal((seeds, n_tokens, d)), rng.standard_normal((seeds, n_tokens, d))
+
+
 @single_threaded
 def init_profile(layers: int, d: int, variant: str, *, seeds: int = 8, n_tokens: int = 16,
                  heads: int = 1) -> InitProfile:
@@ -105,9 +114,7 @@ def init_profile(layers: int, d: int, variant: str, *, seeds: int = 8, n_tokens:
     layers, d, seeds, n_tokens = _check_counts(layers, d, seeds, n_tokens)
     as_choice(variant, "variant", ("post", "pre"))
     P = _models(layers, d, seeds, heads)
-    rng = np.random.default_rng([layers, d, n_tokens])
-    X = rng.standard_normal((seeds, n_tokens, d))
-    G = rng.standard_normal((seeds, n_tokens, d))
+    X, G = _inputs(layers, d, seeds, n_tokens)
     _, caches, stream = _forward(P, X, variant)
     grads, _, dstream = _backward(P, caches, G, variant)
     gn = np.stack([[np.linalg.norm(g[k], axis=(-2, -1)) for k in MATRICES] for g in grads])
@@ -281,3 +288,156 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
             rows.append(change)
         out[v] = np.array(rows)
     return out
+
+
+def encoder_layer(p: dict, variant: str):
+    r"""One layer of the book's encoder (:mod:`lipattn.transformer`) as a
+    :mod:`lipattn.layers` composition, with exact ``forward``, ``jvp`` and ``vjp``.
+
+    Post-LN: :math:`\mathrm{LN}_2(H + F(H))` with :math:`H = \mathrm{LN}_1(X + A(X))`;
+    Pre-LN: :math:`H + F(\mathrm{LN}_2 H)` with :math:`H = X + A(\mathrm{LN}_1 X)`
+    (the final LayerNorm is not part of any layer).
+
+    Parameters
+    ----------
+    p : dict
+        One layer's parameters (:data:`lipattn.transformer.PARAM_NAMES` and
+        ``"heads"``), without run axes: ``W_Q`` of shape (d, d), ``b_O`` of shape (d,), ...
+    variant : {"post", "pre"}
+
+    Returns
+    -------
+    lipattn.layers.Sequential
+        Maps hidden states of shape (N, d) to (N, d).
+    """
+    from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential
+    from .transformer import EPS, check_params
+    as_choice(variant, "variant", ("post", "pre"))
+    check_params([p], "p")
+    attn = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=int(p["heads"]),
+                              b_O=p["b_O"])
+    ffn = MLP(p["W_1"], p["b_1"], p["W_2"], p["b_2"], act="relu")
+    ln1, ln2 = (LayerNorm(p[f"ln{i}_g"], p[f"ln{i}_b"], EPS) for i in (1, 2))
+    if variant == "post":
+        return Sequential([Residual(attn), ln1, Residual(ffn), ln2])
+    return Sequential([Residual(Sequential([ln1, attn])), Residual(Sequential([ln2, ffn]))])
+
+
+@single_threaded
+def layer_jacobian_norms(layers: int, d: int, variant: str, *, seeds: int = 8,
+                         n_tokens: int = 16, heads: int = 1) -> np.ndarray:
+    r"""Exact spectral norm of each layer's Jacobian along the stream, at initialisation.
+
+    The models and inputs are :func:`init_profile`'s. Layer :math:`l` maps the
+    state :math:`X_l` entering it to :math:`X_{l+1}`; its Jacobian
+    :math:`J_l` acts on the whole state (all tokens: attention mixes them),
+    with Frobenius norms on both sides. Since
+    :math:`\partial\ell/\partial X_l = J_l^\top\,\partial\ell/\partial X_{l+1}`,
+    :math:`\|J_l\|_2` is an upper bound on the layer's backward gain
+    :math:`\|\partial\ell/\partial X_l\|_F/\|\partial\ell/\partial X_{l+1}\|_F` for
+    every read-out.
+
+    Returns
+    -------
+    ndarray, shape (seeds, layers)
+        :math:`\|J_l\|_2`, exact up to a relative 1e-10 (Golub–Kahan–Lanczos on the
+        layer's jvp and vjp, :func:`lipattn.layers.layer_lipschitz`, with its
+        certificate; a ``ConvergenceError`` otherwise).
+    """
+    from .layers import layer_lipschitz
+    from .transformer import residual_stream
+    layers, d, seeds, n_tokens = _check_counts(layers, d, seeds, n_tokens)
+    as_choice(variant, "variant", ("post", "pre"))
+    P = _models(layers, d, seeds, heads)
+    X, _ = _inputs(layers, d, seeds, n_tokens)
+    stream = residual_stream(P, X, variant=variant)
+    out = np.zeros((seeds, layers))
+    for l_, p in enumerate(P):
+        for s in range(seeds):
+            ps = {k: v if k == "heads" else v[s] if k.startswith("W_") else v[s].reshape(-1)
+                  for k, v in p.items()}
+            out[s, l_] = layer_lipschitz(encoder_layer(ps, variant), stream[l_][s]).value
+    return out
+
+
+def scaled_updates(scales: dict) -> Callable:
+    """A ``step_hook`` for :func:`lipattn.training.train_reversal` that rescales
+    chosen updates during the first steps: an intervention on early training.
+
+    Parameters
+    ----------
+    scales : dict
+        Maps a run index (int) to a triple ``(names, steps, factor)``: for that
+        run, the updates of the parameters named in ``names`` (weight names of
+        :data:`lipattn.transformer.PARAM_NAMES`, or ``"embed"``, ``"pos"``,
+        ``"unembed"``; ``None`` for every parameter) are multiplied by ``factor``
+        (a finite real >= 0; 0 freezes them) at steps ``0, ..., steps - 1``. Runs not
+        listed are left alone.
+
+    Returns
+    -------
+    callable
+        ``hook(t, step)``, for ``train_reversal(..., step_hook=hook)``.
+    """
+    if not isinstance(scales, dict):
+        raise TypeError(f"scales must be a dict run -> (names, steps, factor); got "
+                        f"{type(scales).__name__}")
+    spec = {}
+    for r, v in scales.items():
+        r = as_count(r, "scales' run index", 0)
+        if not isinstance(v, tuple) or len(v) != 3:
+            raise TypeError(f"scales[{r}] must be a triple (names, steps, factor); got {v!r}")
+        names, steps, factor = v
+        if names is not None and (isinstance(names, str) or not all(
+                isinstance(n, str) for n in names)):
+            raise TypeError(f"scales[{r}]'s names must be None or a sequence of str; got "
+                            f"{names!r}")
+        spec[r] = (None if names is None else frozenset(names),
+                   as_count(steps, f"scales[{r}]'s steps", 0),
+                   as_positive_float(factor, f"scales[{r}]'s factor", allow_zero=True))
+
+    def hook(t: int, step: dict) -> None:
+        for key, view in step.items():
+            name = key[2] if key[0] == "blocks" else key[0]
+            for r, (names, steps, factor) in spec.items():
+                if t < steps and (names is None or name in names):
+                    view[r] *= np.float32(factor)
+    return hook
+
+
+def intervention_runs(interventions: dict, seeds, *, variant: str = "post", lr: float = 1e-2,
+                      warmup: int = 0, **train) -> tuple[list[str], TrainResult]:
+    """Train the same runs under several interventions, as one vectorised batch.
+
+    Parameters
+    ----------
+    interventions : dict
+        Maps a label to ``(names, steps, factor)`` (see :func:`scaled_updates`),
+        or to None for the unmodified run.
+    seeds : sequence of int
+        Every intervention is run with every seed (paired: same initialisation
+        and batches).
+    variant, lr, warmup
+        As in :func:`lipattn.training.train_reversal`, the same for every run.
+    **train
+        Further keyword arguments of ``train_reversal`` (sizes, ``steps``).
+
+    Returns
+    -------
+    labels : list of str, one per run
+        Runs are ordered intervention-major: run ``i * len(seeds) + j`` is
+        intervention ``i`` with seed ``seeds[j]``.
+    result : TrainResult
+    """
+    from .training import train_reversal
+    if not isinstance(interventions, dict) or not interventions:
+        raise TypeError(f"interventions must be a non-empty dict label -> (names, steps, "
+                        f"factor) or None; got {interventions!r}")
+    seeds = [as_count(s, f"seeds[{i}]", 0) for i, s in enumerate(np.atleast_1d(seeds).tolist())]
+    n = len(seeds)
+    labels = [lab for lab in interventions for _ in seeds]
+    scales = {i * n + j: v for i, v in enumerate(interventions.values()) if v is not None
+              for j in range(n)}
+    res = train_reversal(variant, lr, warmup, seeds * len(interventions),
+                         step_hook=scaled_updates(scales), **train)
+    return labels, res

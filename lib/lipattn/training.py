@@ -22,6 +22,7 @@ constant (``warmup = 0``: constant from the first step).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,10 @@ class TrainResult:
     grad_norm : ndarray, shape (R, layers, 6)
         Frobenius norms of the gradients of the six weight matrices
         (:data:`lipattn.transformer.MATRICES`) at step 0.
+    grad_total : ndarray, shape (R, steps)
+        Euclidean norm of the whole gradient (every parameter: encoder, embeddings,
+        read-out) at each step, before that step's update. Exact for the float32
+        gradient the update used.
     update : ndarray, shape (R, min(record, steps), layers, 6)
         Relative size :math:`\|\Delta W\|_F/\|W\|_F` of the first ``record``
         Adam updates of each weight matrix.
@@ -80,6 +85,7 @@ class TrainResult:
     grad_norm: np.ndarray
     update: np.ndarray
     model: dict[str, Any]
+    grad_total: np.ndarray | None = None
 
     def run(self, i: int) -> dict[str, Any]:
         """Run ``i``'s trained model, without run axes: ``{"blocks", "embed",
@@ -187,7 +193,7 @@ def _as_runs(name: str, value: Any, R: int) -> np.ndarray:
 def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int = 6,
                    d: int = 32, heads: int = 1, vocab: int = 16, n_tokens: int = 8,
                    batch: int = 32, steps: int = 300, betas: tuple[float, float] = (0.9, 0.98),
-                   record: int = 5) -> TrainResult:
+                   record: int = 5, step_hook: Callable | None = None) -> TrainResult:
     """Train R models of one variant on reversal, vectorised over runs.
 
     Parameters
@@ -205,6 +211,16 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         Adam's decay rates, each in [0, 1).
     record : int
         How many first updates to record in ``update`` (at most ``steps`` are).
+    step_hook : callable, optional
+        An intervention: ``step_hook(t, step)`` is called at every step ``t``
+        (from 0) after Adam has computed its update and before it is applied.
+        ``step`` maps each parameter's key (``("embed",)``, ``("pos",)``,
+        ``("unembed",)``, ``("blocks", layer, name)``) to a writable float32 view
+        of that update, with the run axis first: shape (R, vocab, d) for
+        ``("embed",)``, (R, 1, d, d) for ``W_Q`` (the encoder's parameters carry a
+        batch axis of length 1); the hook may change it in place (scale it, zero it) and returns
+        None. Adam's moments are not touched. Default None: no call, and results
+        bit-identical to a run without this argument.
 
     Returns
     -------
@@ -230,6 +246,8 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     if not np.all(np.isfinite(seeds)) or np.any(seeds < 0) or np.any(seeds != np.round(seeds)) \
             or np.any(seeds >= 2**63):
         raise ValueError(f"seed must be non-negative integers; got {seed!r}")
+    if step_hook is not None and not callable(step_hook):
+        raise TypeError(f"step_hook must be callable or None; got {type(step_hook).__name__}")
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise TypeError(f"betas must be a pair (beta_1, beta_2) of reals in [0, 1); got {betas!r}")
     b1, b2 = (as_float_in(b, f"betas[{i}]", 0.0, 1.0, hi_open=True)
@@ -270,6 +288,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     div = np.zeros((R, steps))
     gnorm = np.zeros((R, layers, len(MATRICES)))
     upd = np.zeros((R, record, layers, len(MATRICES)))
+    gtot = np.zeros((R, steps))
     for t in range(steps):
         data = [reversal_batch(rngs[s], batch, n_tokens, vocab) for s in uniq]
         tok = np.stack([data[j][0] for j in runs_of])
@@ -298,6 +317,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         ge[...] = 0.0
         for r in range(R):
             np.add.at(ge[r], tok[r].reshape(-1), dX[r].reshape(-1, d))
+        gtot[:, t] = np.linalg.norm(gflat, axis=1)  # read-only: the update is unchanged
         if t == 0:
             for l_ in range(layers):
                 for j, sl in enumerate(mat_slices[l_]):
@@ -310,6 +330,9 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         m2 += (1 - b2) * gflat * gflat
         step = (m1 / (1 - b1 ** (t + 1))) / (np.sqrt(m2 / (1 - b2 ** (t + 1))) + f32(1e-9))
         step *= rate[:, None].astype(f32)
+        if step_hook is not None:
+            step_hook(t, {key: step[:, a:b].reshape(v.shape) for (key, v), a, b in
+                          zip(init.items(), offsets[:-1], offsets[1:], strict=True)})
         if t < record:
             for l_ in range(layers):
                 for j, sl in enumerate(mat_slices[l_]):
@@ -321,7 +344,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     model = {"blocks": final_blocks, "embed": theta[("embed",)].copy(),
              "pos": theta[("pos",)].copy(), "unembed": theta[("unembed",)].copy()}
     return TrainResult(variant, lrs, warm.astype(int), seeds.astype(int), loss, div,
-                       gnorm, upd, model)
+                       gnorm, upd, model, gtot)
 
 
 def train_model(variant: str = "pre", *, lr: float = 3e-3, warmup: int = 0, seed: int = 0,

@@ -17,7 +17,7 @@ from matplotlib.ticker import NullFormatter
 
 from .. import plotting
 from ..layernorm import layer_norm_jacobian_norm
-from ..prenorm import InitProfile, fit_power, init_profile
+from ..prenorm import InitProfile, fit_power, init_profile, intervention_runs
 from ..training import TrainResult, train_reversal
 from ..transformer import MATRICES
 from ..widgets import Explorer, Slider, register
@@ -25,7 +25,8 @@ from ..widgets import Explorer, Slider, register
 __all__ = ["PROFILE_D", "PROFILE_SEEDS", "PROFILE_DEPTHS", "LRS", "WARMUPS", "TRAIN_SEEDS",
            "TRAIN", "profiles", "training_grid", "grid_index", "fig_ln_norm", "fig_intuition",
            "fig_profile", "fig_last_layer", "fig_training_grid", "fig_first_steps",
-           "fig_amplification", "DepthExplorer", "WarmupExplorer"]
+           "fig_amplification", "DepthExplorer", "WarmupExplorer", "INTERVENTIONS",
+           "interventions", "fig_grad_norm", "fig_interventions"]
 
 #: Gradients at initialisation: model dimension, seeds, depths of the explorer.
 #: The per-layer gradient norms are heavy-tailed across seeds, so the chapter
@@ -38,6 +39,12 @@ WARMUPS = (0, 60)
 TRAIN_SEEDS = (0, 1, 2, 3)
 #: The training run's sizes (keyword arguments of ``train_reversal``).
 TRAIN = {"layers": 6, "d": 32, "vocab": 16, "n_tokens": 8, "batch": 16, "steps": 300}
+#: Interventions on the failed runs (Post-LN, lr 1e-2, no warm-up), each with every
+#: seed of the grid: label -> (parameters, first steps, factor on their updates),
+#: as in :func:`lipattn.prenorm.scaled_updates`.
+INTERVENTIONS = {"first update ÷ 60": (None, 1, 1 / 60),
+                 "W_Q, W_K frozen, steps 0–19": (("W_Q", "W_K"), 20, 0.0),
+                 "W_1, W_2 frozen, steps 0–19": (("W_1", "W_2"), 20, 0.0)}
 VARIANT_COLORS = {"post": "C1", "pre": "C0"}
 VARIANT_NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
@@ -56,6 +63,14 @@ def training_grid() -> dict[str, TrainResult]:
     combos = list(itertools.product(LRS, WARMUPS, TRAIN_SEEDS))
     lr, warm, seed = (list(c) for c in zip(*combos, strict=True))
     return {v: train_reversal(v, lr, warm, seed, **TRAIN) for v in ("post", "pre")}
+
+
+@lru_cache(maxsize=1)
+def interventions() -> tuple[list[str], TrainResult]:
+    """:data:`INTERVENTIONS` on Post-LN at lr 1e-2 without warm-up, every seed of
+    the grid, as one batch (cached); see :func:`lipattn.prenorm.intervention_runs`."""
+    return intervention_runs(INTERVENTIONS, list(TRAIN_SEEDS), variant="post", lr=1e-2,
+                             warmup=0, **TRAIN)
 
 
 def grid_index(lr: float, warmup: int, seed: int) -> int:
@@ -157,16 +172,22 @@ def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
 # ---------------------------------------------------------------------------
 # warm-up
 # ---------------------------------------------------------------------------
-def fig_intuition(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
-    """Loss curves at one learning rate: Post-LN with and without warm-up, Pre-LN without."""
-    fig, ax = plotting.figure(width=7.0, height=3.2)
+def _three_cases(ax, grid: dict[str, TrainResult], lr: float, field: str, **style) -> None:
+    """Every seed's curve of ``field`` (a (runs, steps) attribute of TrainResult) at peak
+    learning rate ``lr``: Post-LN with and without warm-up, Pre-LN without."""
     cases = (("post", 0, "C1", "-", "Post-LN, no warm-up"),
              ("post", WARMUPS[-1], "C1", "--", f"Post-LN, warm-up {WARMUPS[-1]} steps"),
              ("pre", 0, "C0", "-", "Pre-LN, no warm-up"))
     for v, w, color, ls, label in cases:
         for s in TRAIN_SEEDS:
-            ax.plot(grid[v].loss[grid_index(lr, w, s)], color=color, ls=ls, lw=1.4,
-                    label=label if s == TRAIN_SEEDS[0] else None)
+            ax.plot(getattr(grid[v], field)[grid_index(lr, w, s)], color=color, ls=ls,
+                    label=label if s == TRAIN_SEEDS[0] else None, **style)
+
+
+def fig_intuition(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
+    """Loss curves at one learning rate: Post-LN with and without warm-up, Pre-LN without."""
+    fig, ax = plotting.figure(width=7.0, height=3.2)
+    _three_cases(ax, grid, lr, "loss", lw=1.4)
     ax.axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1, label="chance, ln 16")
     ax.set_yscale("log")
     ax.set_ylim(1e-4, 6)
@@ -231,6 +252,45 @@ def fig_first_steps(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
     axes[1].set_ylim(0, 1)
     axes[1].set_title(f"First 40 steps, lr = {lr:g}, one seed ({TRAIN_SEEDS[0]})")
     axes[1].legend(loc="best", fontsize=8)
+    return fig
+
+
+def fig_grad_norm(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
+    """The whole gradient's norm at every step, every seed: Post-LN with and
+    without warm-up and Pre-LN without, at one peak learning rate."""
+    fig, ax = plotting.figure(width=7.0, height=3.2)
+    _three_cases(ax, grid, lr, "grad_total", lw=1.1, alpha=0.85)
+    ax.set_yscale("log")
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("‖gradient‖ (all parameters, log axis)")
+    ax.set_title(f"Gradient norm during training, peak lr = {lr:g} ({len(TRAIN_SEEDS)} seeds each)")
+    ax.legend(loc="lower left", fontsize=8)
+    return fig
+
+
+def fig_interventions(grid: dict[str, TrainResult], labels: list[str], res: TrainResult,
+                      lr: float = 1e-2) -> Figure:
+    """Token diversity (left) and loss (right) of the failed Post-LN runs, unmodified
+    and under each intervention of :data:`INTERVENTIONS`, every seed."""
+    fig, axes = plotting.figure(2, width=10.0, height=3.4)
+    base = [grid_index(lr, 0, s) for s in TRAIN_SEEDS]
+    curves = [("no intervention", grid["post"], base, "0.3")]
+    for lab, color in zip(INTERVENTIONS, ("C2", "C4", "C3"), strict=True):
+        curves.append((lab, res, [i for i, x in enumerate(labels) if x == lab], color))
+    for lab, r, idx, color in curves:
+        for j, i in enumerate(idx):
+            kw = {"color": color, "lw": 1.0, "alpha": 0.85, "label": lab if j == 0 else None}
+            axes[0].plot(r.diversity[i], **kw)
+            axes[1].plot(r.loss[i], **kw)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("token diversity of the output (log)")
+    axes[1].axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1)
+    axes[1].set_ylabel("training loss (nats; dotted: chance)")
+    for ax in axes:
+        ax.set_xlabel("Adam step")
+    axes[0].set_title(f"Post-LN, lr = {lr:g}, no warm-up: interventions", fontsize=10)
+    axes[1].set_title(f"{len(TRAIN_SEEDS)} seeds per intervention", fontsize=10)
+    axes[0].legend(loc="lower left", fontsize=7)
     return fig
 
 
