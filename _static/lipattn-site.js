@@ -51,8 +51,18 @@
     }
   }
 
+  /* myst-nb's code toggles carry aria-label="Toggle hidden content" beside the
+     visible "Show code cell source": the visible text is the better name. */
+  function unlabelSummaries() {
+    var s = document.querySelectorAll("details > summary[aria-label]");
+    for (var i = 0; i < s.length; i++) {
+      if (s[i].textContent.trim()) { s[i].removeAttribute("aria-label"); }
+    }
+  }
+
   function ready() {
     nameToggles();
+    unlabelSummaries();
     if (!document.querySelector('script[src*="mathjax"]')) { mathDone(); return; }
     var waited = 0;
     (function wait() {
