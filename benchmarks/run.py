@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from lipattn.widgets import EXPLORERS
+from lipattn.book.widgets import EXPLORERS
 
 MEDIAN_TARGET_MS = 30.0
 P95_TARGET_MS = 60.0

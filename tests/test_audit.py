@@ -1,4 +1,4 @@
-"""The audit's data structure and its renderings (lipattn/audit.py)."""
+"""The audit's data structure and its renderings (lipattn/book/audit.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from conftest import ROOT
 from markdown_it import MarkdownIt
 
-from lipattn import audit
-from lipattn.audit import CLAIMS, VERDICTS, Claim, Part
+from lipattn.book import audit
+from lipattn.book.audit import CLAIMS, VERDICTS, Claim, Part
 
 CHAPTERS = ROOT / "chapters"
 
@@ -115,7 +115,7 @@ def test_traps_one_line_per_claim_per_language():
 
 def test_interview_answer_renders_the_bilingual_source():
     """The chapters' sections and the review sheets render the same source."""
-    from lipattn import interview
+    from lipattn.book import interview
 
     for stem in interview.CHAPTERS:
         for lang in ("en", "zh"):
@@ -152,9 +152,9 @@ def test_bad_inputs():
 def test_review_sheets_agree():
     """Both sheets: every chapter's question and answer rendered from the
     bilingual source in the sheet's language, the same chapters, the traps
-    from lipattn.audit, the same quiz questions; no visible code cell before
+    from lipattn.book.audit, the same quiz questions; no visible code cell before
     the first question."""
-    from lipattn import interview
+    from lipattn.book import interview
 
     en = (CHAPTERS / "review.md").read_text(encoding="utf-8")
     zh = (CHAPTERS / "review_zh.md").read_text(encoding="utf-8")
@@ -176,7 +176,7 @@ def test_review_sheets_agree():
 def test_review_pages_do_not_point_at_a_chapter():
     """A review page is not a chapter: neither the sheet nor the quiz
     questions it draws say "this chapter", 本章 or 这里."""
-    from lipattn.quiz import Quiz
+    from lipattn.book.quiz import Quiz
 
     pattern = re.compile(r"\bthis chapter\b|\bthe chapter\b|本章|这里|\bthis page\b", re.I)
     for name, lang in (("review", "en"), ("review_zh", "zh")):

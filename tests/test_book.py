@@ -149,7 +149,7 @@ def test_whole_site_stays_small(built_html):
     """What every page shares (theme, MathJax, search index: all of _build/html
     but the chapter pages and their figures) stays under 7 MB, so the site is
     that plus at most MAX_PAGE_BYTES per page (test_page_weight_with_its_frames_and_figures).
-    MathJax is copied in part (lipattn.sphinxext.MATHJAX_FILES), not whole (43 MB)."""
+    MathJax is copied in part (lipattn.book.sphinxext.MATHJAX_FILES), not whole (43 MB)."""
     files = [f for f in built_html.rglob("*") if f.is_file()]
     mathjax = sum(f.stat().st_size for f in files if "_static/mathjax" in f.as_posix())
     assert mathjax < 4e6, f"MathJax takes {mathjax / 1e6:.1f} MB"

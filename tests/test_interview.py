@@ -1,4 +1,4 @@
-"""The interview answers (lipattn/interview.py and chapters/interview/*.yml)."""
+"""The interview answers (lipattn/book/interview.py and chapters/interview/*.yml)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 from markdown_it import MarkdownIt
 
-from lipattn import interview as iv
+from lipattn.book import interview as iv
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 MATH = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|`[^`]*`", re.S)
@@ -121,7 +121,7 @@ def test_every_bold_run_closes(lang):
     and check that no ``*`` is left in the text."""
     from conftest import ROOT
 
-    from lipattn import audit
+    from lipattn.book import audit
 
     sheet = "review_zh" if lang == "zh" else "review"
     texts = {stem: iv.answer(stem, lang) for stem in iv.CHAPTERS}
@@ -184,8 +184,8 @@ def test_every_search_term_is_on_the_chinese_sheet():
     (tests/test_browser.py searches the built site)."""
     from conftest import ROOT
 
-    from lipattn import audit
-    from lipattn.quiz import Quiz
+    from lipattn.book import audit
+    from lipattn.book.quiz import Quiz
 
     page = (ROOT / "chapters" / "review_zh.md").read_text(encoding="utf-8")
     picks = eval(re.search(r"^picks = (\[.*?\])", page, re.M).group(1))

@@ -1,5 +1,5 @@
 """The Pre-LN vs Post-LN experiments (lipattn/prenorm.py, lipattn/training.py)
-and the chapter's figures and explorers (lipattn/viz/prenorm.py)."""
+and the chapter's figures and explorers (lipattn/book/viz/prenorm.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from lipattn import prenorm, training, transformer
 from lipattn._blas import single_threaded_blas
-from lipattn.viz import prenorm as viz
+from lipattn.book.viz import prenorm as viz
 
 W2 = transformer.MATRICES.index("W_2")
 

@@ -1,4 +1,4 @@
-"""Tests of :mod:`lipattn.pretrained`: the shipped weights load and round-trip, the recipe
+"""Tests of :mod:`lipattn.book.pretrained`: the shipped weights load and round-trip, the recipe
 is Chapter 4's, and retraining on this machine reproduces every statement Chapter 6
 makes about the trained models (whatever BLAS kernel this machine runs)."""
 
@@ -9,9 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from lipattn import pretrained, training
+from lipattn import training
+from lipattn.book import pretrained
+from lipattn.book.viz import prenorm
 from lipattn.transformer import PARAM_NAMES
-from lipattn.viz import prenorm
 
 
 def test_recipe_is_chapter_4s():

@@ -1,4 +1,4 @@
-"""Self-check quizzes (lipattn/quiz.py)."""
+"""Self-check quizzes (lipattn/book/quiz.py)."""
 
 import hashlib
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lipattn.quiz import Option, Question, Quiz
+from lipattn.book.quiz import Option, Question, Quiz
 
 
 def _quiz() -> Quiz:

@@ -95,7 +95,7 @@ def test_bad_inputs():
 
 
 def test_figure_draws_every_series():
-    from lipattn.viz.sensitivity import fig_sensitivity
+    from lipattn.book.viz.sensitivity import fig_sensitivity
 
     kw = {"seeds": 2, "n_tokens": 3}
     scan = {v: se.input_sensitivity((1, 2), 6, variant=v, **kw) for v in ("post", "pre")}

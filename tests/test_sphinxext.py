@@ -1,4 +1,4 @@
-"""The build's extension (lipattn/sphinxext.py): no stale outputs, local MathJax."""
+"""The build's extension (lipattn/book/sphinxext.py): no stale outputs, local MathJax."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lipattn.sphinxext import inputs_hash
+from lipattn.book.sphinxext import inputs_hash
 
 
 def test_hash_follows_content_and_ignores_caches(tmp_path: Path):
@@ -47,7 +47,7 @@ def test_a_change_to_the_watched_library_re_executes_the_notebook(tmp_path: Path
     (src / "lib").mkdir(parents=True)
     (src / "lib" / "value.txt").write_text("first-value\n")
     (src / "conf.py").write_text(textwrap.dedent("""
-        extensions = ["myst_nb", "lipattn.sphinxext"]
+        extensions = ["myst_nb", "lipattn.book.sphinxext"]
         nb_execution_mode = "cache"
         lipattn_watch = ["lib"]
         exclude_patterns = ["_build", "lib"]
@@ -85,7 +85,7 @@ def test_a_change_to_the_watched_library_re_executes_the_notebook(tmp_path: Path
 def test_mathjax_subset_copies_only_what_pages_load(tmp_path: Path):
     import mathjax
 
-    from lipattn.sphinxext import MATHJAX_FILES, mathjax_subset
+    from lipattn.book.sphinxext import MATHJAX_FILES, mathjax_subset
 
     source = Path(mathjax.__file__).parent / "static" / "mathjax"
     out = mathjax_subset(source, tmp_path / "static")
@@ -108,7 +108,7 @@ def test_pages_can_declare_their_own_language(tmp_path: Path):
     src = tmp_path / "book"
     src.mkdir()
     (src / "conf.py").write_text(textwrap.dedent("""
-        extensions = ["myst_nb", "lipattn.sphinxext"]
+        extensions = ["myst_nb", "lipattn.book.sphinxext"]
         lipattn_watch = []
         exclude_patterns = ["_build"]
         lipattn_page_languages = {"page": "zh-Hans"}
@@ -124,14 +124,14 @@ def test_pages_can_declare_their_own_language(tmp_path: Path):
 
 def test_rewrite_page_moves_frames_out_and_sizes_figures(tmp_path: Path):
     """Frames leave the page as content-addressed files; a figure gets its CSS
-    size, alt text and phone width from its PNG's metadata (lipattn.plotting)."""
+    size, alt text and phone width from its PNG's metadata (lipattn.book.plotting)."""
     import base64
     import json
 
     from PIL import Image
 
-    from lipattn import plotting
-    from lipattn.sphinxext import rewrite_page
+    from lipattn.book import plotting
+    from lipattn.book.sphinxext import rewrite_page
 
     site = tmp_path / "site"
     (site / "chapters").mkdir(parents=True)
@@ -173,7 +173,7 @@ def test_rewrite_page_moves_frames_out_and_sizes_figures(tmp_path: Path):
 
 
 def test_icons_become_inline_svg(tmp_path: Path):
-    from lipattn.sphinxext import _icon_table, _icons
+    from lipattn.book.sphinxext import _icon_table, _icons
 
     js = tmp_path / "fa.js"
     js.write_text('x={github:[496,512,[],"f09b","M1 1"]};d("fab",p);'
@@ -195,8 +195,8 @@ def test_multi_panel_figures_get_a_stacked_phone_variant(tmp_path: Path):
     rewritten page changes nothing (Sphinx leaves unchanged pages alone)."""
     from PIL import Image
 
-    from lipattn import plotting
-    from lipattn.sphinxext import rewrite_page
+    from lipattn.book import plotting
+    from lipattn.book.sphinxext import rewrite_page
 
     site = tmp_path / "site"
     (site / "chapters").mkdir(parents=True)

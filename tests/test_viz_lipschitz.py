@@ -1,4 +1,4 @@
-"""Figures, experiments and the explorer of the Lipschitz chapter (lipattn/viz/lipschitz.py)."""
+"""Figures, experiments and the explorer of the Lipschitz chapter (book/viz/lipschitz.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
+from lipattn.book.viz import lipschitz as viz
+from lipattn.book.widgets import get_explorer
 from lipattn.lipschitz import local_lipschitz
-from lipattn.viz import lipschitz as viz
-from lipattn.widgets import get_explorer
 
 
 def test_tokens_families():

@@ -1,4 +1,4 @@
-"""lipattn.viz.real: the initialisations, the experiments' invariants and the explorer."""
+"""lipattn.book.viz.real: the initialisations, the experiments' invariants and the explorer."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from lipattn import lipschitz as lip
+from lipattn.book.viz import real
+from lipattn.book.widgets import get_explorer
 from lipattn.layers import MultiHeadAttention
-from lipattn.viz import real
-from lipattn.widgets import get_explorer
 
 
 def test_gpt2_init_follows_hugging_face():

@@ -1,4 +1,4 @@
-"""Experiments, figures and explorers of the scaling chapter (lipattn/viz/scaling.py),
+"""Experiments, figures and explorers of the scaling chapter (lipattn/book/viz/scaling.py),
 and the library functions added for it to lipattn/scaling.py
 (two_token_expectations_d, gradient_norms_fast, saturation_per_row)."""
 
@@ -11,9 +11,9 @@ import pytest
 from matplotlib.figure import Figure
 
 from lipattn import scaling
+from lipattn.book.viz import scaling as viz
+from lipattn.book.widgets import get_explorer
 from lipattn.softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
-from lipattn.viz import scaling as viz
-from lipattn.widgets import get_explorer
 
 FIELDS = ("entropy", "max_p", "jac_norm")
 

@@ -1,4 +1,4 @@
-"""Experiments of the softmax chapter (lipattn/viz/softmax.py), against
+"""Experiments of the softmax chapter (lipattn/book/viz/softmax.py), against
 references that do not go through lipattn's secular solver."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lipattn.viz import softmax as viz
+from lipattn.book.viz import softmax as viz
 
 
 def _dense_norm(p: np.ndarray) -> np.ndarray:

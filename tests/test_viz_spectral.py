@@ -1,5 +1,5 @@
 """Experiments, figures and explorers of the spectral-normalisation chapter
-(lipattn/viz/spectral.py)."""
+(lipattn/book/viz/spectral.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from lipattn import spectral
-from lipattn.viz import spectral as viz
-from lipattn.widgets import get_explorer
+from lipattn.book.viz import spectral as viz
+from lipattn.book.widgets import get_explorer
 
 NAMES = ["spectral-power", "spectral-tracking"]
 

@@ -1,4 +1,4 @@
-"""The explorer mechanism (lipattn/widgets.py) and every registered explorer."""
+"""The explorer mechanism (lipattn/book/widgets.py) and every registered explorer."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 from PIL import Image
 
-from lipattn.widgets import EXPLORERS, Explorer, Slider, get_explorer
+from lipattn.book.widgets import EXPLORERS, Explorer, Slider, get_explorer
 
 NAMES = sorted(EXPLORERS)
 
@@ -142,7 +142,7 @@ def test_presets_set_every_slider():
 
 
 def test_bad_presets_are_rejected():
-    from lipattn.viz.softmax import SaturationExplorer
+    from lipattn.book.viz.softmax import SaturationExplorer
 
     class Bad(SaturationExplorer):
         presets = {"too big": {"scale": 1e9}}
@@ -189,7 +189,7 @@ def test_in_a_kernel_one_output_carries_the_widget_and_the_player():
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        'from lipattn.widgets import get_explorer\nget_explorer("softmax-saturation")')]
+        'from lipattn.book.widgets import get_explorer\nget_explorer("softmax-saturation")')]
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     (out,) = nb.cells[0].outputs
     assert out.output_type == "execute_result"

@@ -1,7 +1,7 @@
 """lipattn: the helper library of *Lipschitz continuity and spectral norms of
 Transformer self-attention*.
 
-One module per concept:
+The mathematics, one module per concept:
 
 - :mod:`lipattn.softmax` -- the softmax, its Jacobian and the Jacobian's norms;
 - :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation;
@@ -20,15 +20,12 @@ One module per concept:
   :mod:`lipattn.prenorm` -- LayerNorm's Jacobian, a numpy Post-/Pre-LN encoder
   with a hand-written backward, Adam on sequence reversal, and the experiments;
 - :mod:`lipattn.sensitivity` -- input sensitivity of deep stacks: end-to-end vs per-layer Jacobians;
-- :mod:`lipattn.pretrained` -- the book's trained reversal encoders: shipped weights, the
-  script that regenerates them, and the statements the chapters make about them;
-- :mod:`lipattn.audit` -- the interview card's claims and verdicts, for the audit and review;
-- :mod:`lipattn.interview` -- the chapters' interview answers, English and Chinese side by
-  side in ``chapters/interview/*.yml``, with a staleness hash of the English;
-- :mod:`lipattn.widgets` -- explorers: one definition, a live widget in a kernel
-  and a precomputed frame player on the static site;
-- :mod:`lipattn.plotting` -- the book's plot style;
-- :mod:`lipattn.quiz` -- self-check quizzes that work with and without a kernel.
+
+The package's layout follows the architecture: the mathematics above (one module
+per concept), the layers and models built from it (:mod:`lipattn.layers`,
+:mod:`lipattn.models`), and the book's own machinery -- explorers, figures,
+quizzes, interview answers, the audit, the shipped trained weights and the Sphinx
+extension -- in :mod:`lipattn.book`, which nothing outside it imports.
 
 Conventions: tokens are rows, softmax acts on the last axis, and ``vec`` is
 row-major throughout.

@@ -2,7 +2,7 @@
 
 The mathematics lives in the top-level modules (:mod:`lipattn.softmax`, ...);
 these modules only arrange it into figures. Importing this package registers
-every explorer in :data:`lipattn.widgets.EXPLORERS`.
+every explorer in :data:`lipattn.book.widgets.EXPLORERS`.
 """
 
 from . import collapse, lipschitz, prenorm, real, scaling, softmax, spectral  # noqa: F401

@@ -16,13 +16,13 @@ from functools import lru_cache
 import numpy as np
 from matplotlib.figure import Figure
 
-from .. import lipschitz as lip
+from ... import lipschitz as lip
+from ..._blas import single_threaded
+from ..._validate import as_int_at_least, as_positive_float
+from ...layers import MultiHeadAttention, layer_lipschitz
+from ...models import GPT2, Llama
+from ...stabilisers import StabilisedAttention, sigma_reparam
 from .. import plotting
-from .._blas import single_threaded
-from .._validate import as_int_at_least, as_positive_float
-from ..layers import MultiHeadAttention, layer_lipschitz
-from ..models import GPT2, Llama
-from ..stabilisers import StabilisedAttention, sigma_reparam
 from ..widgets import Explorer, Slider, register
 
 __all__ = ["gpt2_state", "llama_state", "random_model", "branch_constants", "head_constants",

@@ -36,7 +36,7 @@ It does what ``_config.yml`` alone cannot:
    kernel as base64, are moved into separate cacheable files
    ``_static/frames/<explorer>/<hash>.webp`` that the player fetches when a
    control moves; figures get their CSS size (from the PNG's metadata, see
-   :mod:`lipattn.plotting`), alt text, lazy loading and a phone width;
+   :mod:`lipattn.book.plotting`), alt text, lazy loading and a phone width;
    Font Awesome's 1.5 MB ``fontawesome.js`` is replaced by inline SVG icons
    for the few icons the pages use; build reports (tracebacks with local
    paths) are moved out of the site to ``_build/reports``.

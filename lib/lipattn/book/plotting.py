@@ -15,7 +15,7 @@ smallest text is :data:`PHONE_MIN_TEXT_PX` (``phone_min_width``), in a
 sideways-scrolling box.
 
 Each PNG carries what the site needs in its metadata (``css-width``,
-``min-font-px``, ``alt``): the build extension (:mod:`lipattn.sphinxext`)
+``min-font-px``, ``alt``): the build extension (:mod:`lipattn.book.sphinxext`)
 sizes the ``<img>`` to the column from it and gives it the alt text.
 """
 

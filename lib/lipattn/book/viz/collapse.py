@@ -16,10 +16,9 @@ import numpy as np
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 
-from .. import plotting
-from .._validate import as_int_at_least, as_positive_float
-from ..attention import attention_matrix, self_attention
-from ..collapse import (
+from ..._validate import as_int_at_least, as_positive_float
+from ...attention import attention_matrix, self_attention
+from ...collapse import (
     cubic_constant,
     cubic_leading_term,
     query_gradient,
@@ -30,6 +29,7 @@ from ..collapse import (
     stack_states,
     trajectory,
 )
+from .. import plotting
 from ..widgets import Explorer, Slider, register
 
 __all__ = [

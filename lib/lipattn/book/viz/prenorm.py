@@ -15,11 +15,11 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
+from ...layernorm import layer_norm_jacobian_norm
+from ...prenorm import InitProfile, fit_power, init_profile, intervention_runs
+from ...training import TrainResult, train_reversal
+from ...transformer import MATRICES
 from .. import plotting
-from ..layernorm import layer_norm_jacobian_norm
-from ..prenorm import InitProfile, fit_power, init_profile, intervention_runs
-from ..training import TrainResult, train_reversal
-from ..transformer import MATRICES
 from ..widgets import Explorer, Slider, register
 
 __all__ = ["PROFILE_D", "PROFILE_SEEDS", "PROFILE_DEPTHS", "LRS", "WARMUPS", "TRAIN_SEEDS",

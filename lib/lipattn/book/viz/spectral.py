@@ -13,10 +13,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from scipy.sparse.linalg import aslinearoperator
 
-from .. import plotting
-from .._validate import as_int_at_least, as_positive_float, as_real_array
-from ..lipschitz import golub_kahan_norm
-from ..spectral import (
+from ..._validate import as_int_at_least, as_positive_float, as_real_array
+from ...lipschitz import golub_kahan_norm
+from ...spectral import (
     entropy_floor,
     lanczos_cost,
     matrix_with_spectrum,
@@ -28,6 +27,7 @@ from ..spectral import (
     steps_to_tolerance,
     track_drift,
 )
+from .. import plotting
 from ..widgets import Explorer, Slider, register
 
 __all__ = [

@@ -453,7 +453,7 @@ def interview_answer(chapter: str | Path, lang: str = "en",
 
     The answers live in one bilingual source per chapter
     (``chapters/interview/<chapter>.yml``); this renders one of them with
-    :func:`lipattn.interview.answer`, so the chapter's own section and both
+    :func:`lipattn.book.interview.answer`, so the chapter's own section and both
     review sheets show the same text.
 
     Parameters
@@ -461,7 +461,7 @@ def interview_answer(chapter: str | Path, lang: str = "en",
     chapter : str or Path
         The chapter, e.g. ``"01_softmax_jacobian"`` or its ``.md`` file.
     lang : {"en", "zh"}
-    parts : tuple of str, default all of :data:`lipattn.interview.PARTS`
+    parts : tuple of str, default all of :data:`lipattn.book.interview.PARTS`
 
     Returns
     -------

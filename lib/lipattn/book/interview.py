@@ -42,7 +42,7 @@ __all__ = ["FOLDER", "PARTS", "CHAPTERS", "en_hash", "load", "stale_fields", "an
            "question"]
 
 #: Where the answers live.
-FOLDER = Path(__file__).resolve().parents[2] / "chapters" / "interview"
+FOLDER = Path(__file__).resolve().parents[3] / "chapters" / "interview"
 
 #: The chapters with an interview answer, in the book's order.
 CHAPTERS: tuple[str, ...] = ("01_softmax_jacobian", "02_scaling_saturation",

@@ -14,9 +14,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.ticker import FixedLocator
 
+from ..._validate import as_int_at_least, as_positive_float
+from ...softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
 from .. import plotting
-from .._validate import as_int_at_least, as_positive_float
-from ..softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
 from ..widgets import Explorer, Slider, register
 
 __all__ = [

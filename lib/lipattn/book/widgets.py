@@ -258,9 +258,9 @@ class Explorer:
     static player show one button per preset.
 
     Frames are drawn for the text column like every figure
-    (:mod:`lipattn.plotting`): at most :data:`~lipattn.plotting.COLUMN_IN`
-    wide, at :data:`~lipattn.plotting.DPR` device pixels per CSS pixel, with
-    no text below :data:`~lipattn.plotting.MIN_FONT_PT`.
+    (:mod:`lipattn.book.plotting`): at most :data:`~lipattn.book.plotting.COLUMN_IN`
+    wide, at :data:`~lipattn.book.plotting.DPR` device pixels per CSS pixel, with
+    no text below :data:`~lipattn.book.plotting.MIN_FONT_PT`.
     """
 
     name: str = "explorer"
@@ -384,7 +384,7 @@ class Explorer:
         """The self-contained frame player (HTML, CSS and a few lines of JS).
 
         Frames are inlined (base64 WebP) so that the player works in any
-        notebook front end; the book's build (:mod:`lipattn.sphinxext`) moves
+        notebook front end; the book's build (:mod:`lipattn.book.sphinxext`) moves
         them into separate, cacheable files that the page fetches only when a
         reader moves a control (or the player comes into view).
         """

@@ -11,8 +11,8 @@ from functools import lru_cache
 import numpy as np
 from matplotlib.figure import Figure
 
+from ...sensitivity import Sensitivity, input_sensitivity
 from .. import plotting
-from ..sensitivity import Sensitivity, input_sensitivity
 
 __all__ = ["DEPTHS", "depth_scan", "fig_sensitivity"]
 

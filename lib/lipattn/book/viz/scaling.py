@@ -18,9 +18,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from .. import plotting
-from .._validate import as_bool, as_int_at_least, as_positive_float
-from ..scaling import (
+from ..._validate import as_bool, as_int_at_least, as_positive_float
+from ...scaling import (
     gradient_norms_fast,
     saturation_per_row,
     saturation_stats,
@@ -29,7 +28,8 @@ from ..scaling import (
     two_token_expectations,
     two_token_expectations_d,
 )
-from ..softmax import entropy, softmax, softmax_jacobian_norm
+from ...softmax import entropy, softmax, softmax_jacobian_norm
+from .. import plotting
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
@@ -527,7 +527,7 @@ def logit_step_gain(d: int, n_keys: int, scaled: bool, samples: int = 200,
 def fig_rem(n_keys_list: tuple[int, ...] = (64, 1024), samples: int = 400,
             seed: int = 0) -> Figure:
     """E[H] of N i.i.d. N(0, sigma^2) logits (Monte Carlo) against ln N - sigma^2 / 2."""
-    from ..scaling import rem_entropy_approx
+    from ...scaling import rem_entropy_approx
 
     fig, ax = plotting.figure(1, width=6.5, height=3.3)
     sig = np.linspace(0.05, 6.0, 60)

@@ -19,10 +19,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from .. import plotting
-from .._validate import as_int_at_least, as_positive_float
-from ..attention import attention_matrix
-from ..lipschitz import (
+from ..._validate import as_int_at_least, as_positive_float
+from ...attention import attention_matrix
+from ...lipschitz import (
     SublayerConstants,
     card_bound,
     kim_l2_bound,
@@ -32,6 +31,7 @@ from ..lipschitz import (
     sink_tokens,
     two_sided_tokens,
 )
+from .. import plotting
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
@@ -358,7 +358,7 @@ def cost_table(sizes, dense_max_side: int = 1200, seed: int = 0) -> list[dict]:
     """
     import time
 
-    from ..lipschitz import attention_jacobian, local_lipschitz_info
+    from ...lipschitz import attention_jacobian, local_lipschitz_info
 
     rows = []
     rng = np.random.default_rng(seed)

@@ -11,8 +11,8 @@ checks that every one of those statements holds for the new weights too.
 
 Regenerate the file (it is small: two 6-layer models with d = 32) with::
 
-    python -m lipattn.pretrained            # writes DATA_FILE
-    python -m lipattn.pretrained --out x.npz
+    python -m lipattn.book.pretrained            # writes DATA_FILE
+    python -m lipattn.book.pretrained --out x.npz
 
 The file stores the float32 parameters exactly, with the recipe, the numpy
 version and the BLAS configuration that made them (``meta``). The shipped file
@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .attention import attention_matrix
-from .lipschitz import SublayerConstants, sublayer_constants
-from .training import init_model, model_forward, reversal_batch, train_model
-from .transformer import PARAM_NAMES, attention_inputs
+from ..attention import attention_matrix
+from ..lipschitz import SublayerConstants, sublayer_constants
+from ..training import init_model, model_forward, reversal_batch, train_model
+from ..transformer import PARAM_NAMES, attention_inputs
 
 __all__ = ["DATA_FILE", "FORMAT", "RECIPE", "SIZES", "train", "save", "load", "init",
            "eval_tokens", "Measurements", "measure", "statements", "main"]
@@ -248,7 +248,7 @@ def statements(m: Measurements) -> dict[str, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: retrain with :data:`RECIPE` and write the file."""
-    ap = argparse.ArgumentParser(prog="python -m lipattn.pretrained", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m lipattn.book.pretrained", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DATA_FILE, help="output .npz file")
     args = ap.parse_args(argv)
