@@ -465,7 +465,7 @@ def _search(driver, server, term: str) -> list[str]:
 
 
 _TERMS_ZH = [line.split()[0] for line in  # the search dictionary: every card term
-             (Path(__file__).resolve().parents[1] / "lib" / "lipattn" / "search_terms_zh.txt")
+             (Path(__file__).resolve().parents[1] / "lib/lipattn/book/search_terms_zh.txt")
              .read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

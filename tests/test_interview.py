@@ -196,7 +196,7 @@ def test_every_search_term_is_on_the_chinese_sheet():
               for s, k in zip(iv.CHAPTERS, picks, strict=True)]
     shown = "\n".join(shown)
     terms = [line.split()[0] for line in
-             (ROOT / "lib" / "lipattn" / "search_terms_zh.txt").read_text(encoding="utf-8")
+             (ROOT / "lib" / "lipattn" / "book" / "search_terms_zh.txt").read_text(encoding="utf-8")
              .splitlines() if line.strip()]
     assert len(terms) >= 20
     missing = [t for t in terms if t not in shown]
@@ -209,7 +209,7 @@ def test_every_search_term_is_on_the_chinese_sheet():
 
     jieba.setLogLevel(logging.WARNING)
     tokenizer = jieba.Tokenizer()
-    with open(ROOT / "lib" / "lipattn" / "search_terms_zh.txt", "rb") as f:
+    with open(ROOT / "lib" / "lipattn" / "book" / "search_terms_zh.txt", "rb") as f:
         tokenizer.load_userdict(f)
     words = set(tokenizer.cut_for_search(MATH.sub(" ", shown)))
     assert not [t for t in terms if t not in words]
