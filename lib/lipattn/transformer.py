@@ -7,7 +7,11 @@ states of a sequence are :math:`X \in \mathbb R^{N \times d}`. One layer is
   H W_Q^{(h)} (H W_K^{(h)})^\top/\sqrt{d_h}\bigr)` (rows; bidirectional, no
   mask), :math:`A = [P_1 H W_V^{(1)}, \dots] W_O + b_O`, where the head
   blocks :math:`W_Q^{(h)}` are consecutive column blocks of width
-  :math:`d_h = d/\text{heads}`;
+  :math:`d_h = d/\text{heads}` (scores, softmax and :math:`P V`, and their
+  derivatives with respect to Q, K, V, are
+  :func:`lipattn.layers.attention.attention_core` and its vjp, shared with
+  :class:`~lipattn.layers.MultiHeadAttention`; this module adds the projections
+  and the weight gradients);
 - *FFN*: :math:`F = \operatorname{relu}(H W_1 + b_1) W_2 + b_2`;
 - *LayerNorm* with gain and bias, :math:`\mathrm{LN}_{g,b}(x) = g \odot
   \mathrm{LN}(x) + b` (:mod:`lipattn.layernorm`, :math:`\varepsilon = 10^{-5}`).
@@ -41,7 +45,7 @@ import numpy as np
 from ._validate import as_choice, as_count, as_real_array, as_seed, as_step
 from .collapse import relative_residual
 from .layernorm import _ln, _ln_plain_bwd
-from .softmax import softmax
+from .layers.attention import attention_core, attention_core_vjp
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
            "residual_stream", "attention_inputs", "token_diversity", "check_params", "stack_params",
@@ -228,30 +232,24 @@ def _ln_bwd(dout, cache, grads, gk, bk):
 
 def _attn_fwd(H, p):
     heads = int(p["heads"])
-    Q, K, V = (_split(_linear(H, p[k]), heads) for k in ("W_Q", "W_K", "W_V"))
-    with np.errstate(over="ignore", invalid="ignore"):
-        S = (Q @ np.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(Q.shape[-1]))
-    if not np.all(np.isfinite(S)):
-        raise ValueError(f"params and X must keep the attention logits finite; they overflow "
-                         f"the {S.dtype} range (X or the hidden states are too large for this "
-                         "variant; only Pre-LN normalises them before attention)")
-    P = softmax(S, axis=-1).astype(H.dtype, copy=False)
-    A = _merge(P @ V)
-    return _linear(A, p["W_O"]) + p["b_O"], (H, Q, K, V, P, A)
+    Q = _split(_linear(H, p["W_Q"]), heads)
+    K = _split(_linear(H, p["W_K"]), heads)
+    V = _split(_linear(H, p["W_V"]), heads)
+    O, core = attention_core(
+        Q, K, V, overflow="params and X must keep the attention logits finite; they overflow "
+        f"the {np.result_type(Q, K)} range (X or the hidden states are too large for this "
+        "variant; only Pre-LN normalises them before attention)")
+    A = _merge(O)
+    return _linear(A, p["W_O"]) + p["b_O"], (H, core, A)
 
 
 def _attn_bwd(dout, cache, p, grads):
-    from .layers.attention import softmax_jvp  # the one softmax derivative (import cycle)
-
-    H, Q, K, V, P, A = cache
+    H, core, A = cache
     heads = int(p["heads"])
     grads["W_O"] = _wgrad(A, dout, np.shape(p["W_O"]))
     grads["b_O"] = _reduce_to(dout, np.shape(p["b_O"]))
     dA = _split(_linear(dout, np.swapaxes(p["W_O"], -1, -2)), heads)
-    dP = dA @ np.swapaxes(V, -1, -2)
-    dV = np.swapaxes(P, -1, -2) @ dA
-    dS = softmax_jvp(P, dP) * (1.0 / math.sqrt(Q.shape[-1]))
-    dQ, dK = dS @ K, np.swapaxes(dS, -1, -2) @ Q
+    dQ, dK, dV = attention_core_vjp(core, dA)
     dH = 0.0
     for k, dZ in (("W_Q", dQ), ("W_K", dK), ("W_V", dV)):
         dZ = _merge(dZ)
