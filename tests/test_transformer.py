@@ -230,3 +230,39 @@ def test_overflow_is_a_clear_error_not_a_warning(variant):
     for fn in (T.forward, T.residual_stream):
         with pytest.raises(ValueError, match="^params and X must keep the"):
             fn(p, X, variant=variant)
+
+
+@pytest.mark.parametrize("variant", ["post", "pre"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_as_layers_forward_equals_forward_and_its_vjp_equals_backward(variant, heads):
+    params = _generic_params(heads, layers=3)
+    rng = np.random.default_rng(4)
+    X, G = 2 * rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    stack = T.as_layers(params, variant)
+    Y, state = stack.forward(X)
+    np.testing.assert_allclose(Y, T.forward(params, X, variant=variant), rtol=1e-12,
+                               atol=1e-13)
+    np.testing.assert_allclose(stack.vjp(state, G), T.backward(params, X, G, variant=variant)[1],
+                               rtol=1e-11, atol=1e-12)
+    no_final = T.as_layers(params, variant, final_norm=False)
+    assert len(no_final.layers) == 3 and len(stack.layers) == 3 + (variant == "pre")
+    np.testing.assert_allclose(no_final.forward(X)[0],
+                               T.residual_stream(params, X, variant=variant)[-1], rtol=1e-12,
+                               atol=1e-13)
+
+
+def test_as_layers_float32_and_bad_input():
+    params = T.init_params(2, 4, heads=2, seed=0)
+    p32 = [{k: v if k == "heads" else v.astype(np.float32) for k, v in p.items()} for p in params]
+    X = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    Y = T.as_layers(p32, "pre").forward(X)[0]
+    assert Y.dtype == np.float32
+    np.testing.assert_allclose(Y, T.forward(p32, X, variant="pre"), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="variant must be"):
+        T.as_layers(params, "mid")
+    with pytest.raises(TypeError, match="final_norm"):
+        T.as_layers(params, "pre", final_norm=1)
+    with pytest.raises(ValueError, match=r"params\[0\]\['W_Q'\] must have no leading run axes"):
+        T.as_layers(T.stack_params([params, params]), "post")
+    with pytest.raises(ValueError, match="missing"):
+        T.as_layers([{k: v for k, v in params[0].items() if k != "W_1"}], "post")

@@ -42,12 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_choice, as_count, as_real_array, as_seed, as_step
+from ._validate import as_bool, as_choice, as_count, as_real_array, as_seed, as_step
 from .collapse import relative_residual
 from .layernorm import _ln, _ln_plain_bwd
 from .layers.attention import attention_core, attention_core_vjp
 
-__all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
+__all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward", "as_layers",
            "residual_stream", "attention_inputs", "token_diversity", "check_params", "stack_params",
            "gradient_check"]
 
@@ -403,6 +403,67 @@ def backward(params: Any, X: Any, grad_out: Any, *, variant: str
         grads, gX = _backward(params, caches, G.astype(X.dtype, copy=False), variant)[:2]
     _finite([gX, *(g[k] for g in grads for k in PARAM_NAMES)], "gradients")
     return grads, gX
+
+
+def as_layers(params: Any, variant: str, *, final_norm: bool = True) -> Any:
+    r"""The encoder as a :class:`lipattn.layers.Sequential` of the library's layers.
+
+    Layer l is a :class:`~lipattn.layers.Sequential` of
+    :class:`~lipattn.layers.Residual`, :class:`~lipattn.layers.LayerNorm`,
+    :class:`~lipattn.layers.MultiHeadAttention` (bidirectional, ``heads`` heads,
+    output bias ``b_O``) and :class:`~lipattn.layers.MLP` (ReLU):
+
+    - ``"post"``: ``[Residual(attention), LN_1, Residual(FFN), LN_2]``;
+    - ``"pre"``: ``[Residual(Sequential([LN_1, attention])),
+      Residual(Sequential([LN_2, FFN]))]``.
+
+    So ``as_layers(params, variant).forward(X)[0]`` is :func:`forward` (up to
+    rounding: the layers' LayerNorm takes its statistics on rescaled rows), and
+    the layers' jvp and vjp are the encoder's exact Jacobian products with
+    respect to X (no parameter gradients: those are :func:`backward`'s).
+
+    Parameters
+    ----------
+    params : list of dict
+        One model from :func:`init_params`: matrices (d, d), (d, d_ff),
+        (d_ff, d) and vectors, without leading run axes.
+    variant : {"post", "pre"}
+    final_norm : bool, default True
+        For ``"pre"``, append the final LayerNorm (no gain or bias) as the last
+        element; ``False`` ends at the residual stream. Ignored for ``"post"``.
+
+    Returns
+    -------
+    Sequential
+        ``.layers`` holds the L layers in order, then (``"pre"``,
+        ``final_norm``) the final LayerNorm. Float64 unless the parameters are
+        float32 arrays (then the layers compute in float32).
+    """
+    from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential
+
+    as_choice(variant, "variant", VARIANTS)
+    final_norm = as_bool(final_norm, "final_norm")
+    d = check_params(params)
+    for i, p in enumerate(params):
+        for k in PARAM_NAMES:
+            if np.ndim(p[k]) != (2 if k.startswith("W_") else 1):
+                raise ValueError(f"params[{i}][{k!r}] must have no leading run axes (one "
+                                 f"model); got shape {np.shape(p[k])}")
+    out = []
+    for p in params:
+        attn = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=int(p["heads"]),
+                                  b_O=p["b_O"])
+        ffn = MLP(p["W_1"], p["b_1"], p["W_2"], p["b_2"], act="relu")
+        ln1, ln2 = (LayerNorm(p[f"ln{j}_g"], p[f"ln{j}_b"], EPS) for j in (1, 2))
+        if variant == "post":
+            out.append(Sequential([Residual(attn), ln1, Residual(ffn), ln2]))
+        else:
+            out.append(Sequential([Residual(Sequential([ln1, attn])),
+                                   Residual(Sequential([ln2, ffn]))]))
+    if variant == "pre" and final_norm:
+        dtype = np.result_type(*(p[k] for p in params for k in PARAM_NAMES))
+        out.append(LayerNorm(np.ones(d, dtype), np.zeros(d, dtype), EPS))
+    return Sequential(out)
 
 
 def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
