@@ -47,8 +47,8 @@ def problem(batch=(2, 3), M=6, N=3, dh=4, dv=5, masked=True):
 @pytest.mark.parametrize("copy", [False, True])
 def test_forward_matches_the_loop_reference(masked, copy):
     Q, K, V, mask = problem(masked=masked)
-    O, st = attention_core(Q, K, V, mask=mask, copy_transposes=copy)
-    np.testing.assert_allclose(O, loop_reference(Q, K, V, mask), rtol=1e-12, atol=1e-13)
+    out, st = attention_core(Q, K, V, mask=mask, copy_transposes=copy)
+    np.testing.assert_allclose(out, loop_reference(Q, K, V, mask), rtol=1e-12, atol=1e-13)
     if masked:
         assert np.all(st.P[..., ~mask] == 0.0)
 
@@ -98,7 +98,7 @@ def test_copy_transposes_changes_no_value():
 
 def test_scale_and_overflow_message():
     Q, K, V, _ = problem(masked=False)
-    O = attention_core(Q, K, V, scale=2.0 / math.sqrt(Q.shape[-1]))[0]
-    np.testing.assert_allclose(O, loop_reference(2 * Q, K, V, None), rtol=1e-12, atol=1e-13)
+    out = attention_core(Q, K, V, scale=2.0 / math.sqrt(Q.shape[-1]))[0]
+    np.testing.assert_allclose(out, loop_reference(2 * Q, K, V, None), rtol=1e-12, atol=1e-13)
     with pytest.raises(ValueError, match="^my message$"):
         attention_core(Q * 1e200, K * 1e200, V, overflow="my message")

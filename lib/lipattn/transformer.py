@@ -235,11 +235,11 @@ def _attn_fwd(H, p):
     Q = _split(_linear(H, p["W_Q"]), heads)
     K = _split(_linear(H, p["W_K"]), heads)
     V = _split(_linear(H, p["W_V"]), heads)
-    O, core = attention_core(
+    Z, core = attention_core(
         Q, K, V, overflow="params and X must keep the attention logits finite; they overflow "
         f"the {np.result_type(Q, K)} range (X or the hidden states are too large for this "
         "variant; only Pre-LN normalises them before attention)")
-    A = _merge(O)
+    A = _merge(Z)
     return _linear(A, p["W_O"]) + p["b_O"], (H, core, A)
 
 

@@ -133,8 +133,8 @@ def attention_core(Q: np.ndarray, K: np.ndarray, V: np.ndarray, *, mask=None,
     if mask is not None:
         S = np.where(mask, S, -np.inf)
     P = softmax(S, axis=-1).astype(S.dtype, copy=False)
-    O = P @ V
-    return O, CoreState(Q, K, V, P, KT, _transpose(V, copy_transposes),
+    out = P @ V
+    return out, CoreState(Q, K, V, P, KT, _transpose(V, copy_transposes),
                         _transpose(P, copy_transposes), scale, copy_transposes)
 
 
@@ -302,11 +302,11 @@ class MultiHeadAttention:
         mask = self._mask_array(N)
         if mask is not None:                   # one row block per query head of a group
             mask = np.tile(mask, (Q.shape[1] // N, 1))
-        O, core = attention_core(
+        heads, core = attention_core(
             Q, K, V, mask=mask, copy_transposes=True,
             overflow="the hidden states and W_Q, W_K give attention logits that overflow; "
                      "expected logits of finite size")
-        return self._out(self._merge(O, N), True), (core, rot)
+        return self._out(self._merge(heads, N), True), (core, rot)
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
         core, rot = state
