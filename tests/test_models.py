@@ -504,6 +504,24 @@ def test_head_permutation_invariance_llama_gqa():
 # --------------------------------------------------------------------------
 # bad input
 # --------------------------------------------------------------------------
+def test_float32_state_dicts_compute_in_float64_by_default():
+    """Exported float32 weights are cast up exactly: the same model as their float64 copy."""
+    for cls, st, kw in ((GPT2, gpt2_state(seed=9), dict(n_head=2)),
+                        (Llama, llama_state(seed=9), dict(n_head=4, n_kv_head=2))):
+        st32 = {k: v.astype(np.float32) for k, v in st.items()}
+        a = cls.from_state_dict(st32, **kw)
+        b = cls.from_state_dict({k: v.astype(np.float64) for k, v in st32.items()}, **kw)
+        assert all(layer.attn.W_Q.dtype == np.float64 for layer in a.blocks)
+        H = a.embed(np.array([1, 2, 3, 4]))
+        assert H.dtype == np.float64
+        Y = a.forward(H, final_norm=True)
+        assert Y.dtype == np.float64
+        np.testing.assert_array_equal(Y, b.forward(H, final_norm=True))
+        assert a.local_lipschitz(H) == b.local_lipschitz(H)
+        c = cls.from_state_dict(st32, **kw, dtype=np.float32)
+        assert c.forward(H.astype(np.float32)).dtype == np.float32
+
+
 def test_bad_state_dicts():
     st = gpt2_state()
     for key in ("h.1.attn.c_attn.bias", "ln_f.weight", "wpe.weight", "wte.weight"):
