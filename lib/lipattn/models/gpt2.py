@@ -57,12 +57,8 @@ class GPT2(Decoder):
         eps : float, default 1e-5
             LayerNorm epsilon (``layer_norm_epsilon``).
         dtype : numpy.float64 (default) or numpy.float32
-            Storage and computation dtype. A float32 (or float16) state dict is
-            converted exactly to float64 by default, so that the forward pass,
-            the products and the constants are computed in float64;
-            ``numpy.float32`` keeps float32 weights and computes in float32
-            (constants to about 1e-6 relative, every ``tol`` at least 1e-5; see
-            :mod:`lipattn.models.decoder`).
+            Storage and computation dtype: float32 weights are computed in
+            float64 by default ("Precision" in :mod:`lipattn.models.decoder`).
 
         Raises
         ------
