@@ -28,12 +28,14 @@ The differential at X in the direction E (biases drop out):
 :math:`\dot O_i = \dot P_i V + P_i \dot V`, and the vjp is its adjoint.
 
 The core that maps head arrays Q, K, V to the heads' outputs -- scores,
-masked softmax, :math:`P V` -- and its jvp and vjp with respect to Q, K and V
-are the functions :func:`attention_core`, :func:`attention_core_jvp` and
-:func:`attention_core_vjp`, on batched arrays (..., heads, N, d_h). They are the
-one implementation of attention's derivatives: :class:`MultiHeadAttention`
-adds the projections, biases, RoPE and W_O around them, and the book's encoder
-(:mod:`lipattn.transformer`) its projections and weight gradients.
+optional logit soft-capping, masked softmax, :math:`P V` -- and its jvp and vjp
+with respect to Q, K and V are the functions :func:`attention_core`,
+:func:`attention_core_jvp` and :func:`attention_core_vjp`, on batched arrays
+(..., heads, N, d_h). They are the one implementation of attention's
+derivatives: :class:`MultiHeadAttention` adds the projections, biases, RoPE and
+W_O around them, the book's encoder (:mod:`lipattn.transformer`) its
+projections and weight gradients, and :class:`lipattn.stabilisers.StabilisedAttention`
+its QK-norm, scaling and soft-cap.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from .base import check_input, weight
 from .rope import rope, rope_tables, rope_transpose
 
 __all__ = ["MultiHeadAttention", "softmax_jvp", "attention_core", "attention_core_jvp",
-           "attention_core_vjp", "CoreState"]
+           "attention_core_vjp", "attention_logits", "CoreState"]
 
 
 def softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
@@ -63,11 +65,13 @@ def softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
 
 
 class CoreState(NamedTuple):
-    """What :func:`attention_core` keeps for its derivatives.
+    r"""What :func:`attention_core` keeps for its derivatives.
 
     ``KT``, ``VT`` and ``PT`` are the transposes of the last two axes of
     ``K``, ``V`` and ``P``: views, or contiguous copies when
-    ``attention_core(..., copy_transposes=True)``.
+    ``attention_core(..., copy_transposes=True)``. ``cap_factor`` is the
+    derivative :math:`1 - (T/\kappa)^2` of the soft-cap at the logits, shape
+    (..., heads, M, N), or None without a soft-cap.
     """
 
     Q: np.ndarray
@@ -79,6 +83,7 @@ class CoreState(NamedTuple):
     PT: np.ndarray
     scale: float
     copy_transposes: bool
+    cap_factor: np.ndarray | None = None
 
 
 def _transpose(Z: np.ndarray, copy: bool) -> np.ndarray:
@@ -86,12 +91,54 @@ def _transpose(Z: np.ndarray, copy: bool) -> np.ndarray:
     return np.ascontiguousarray(Z) if copy else Z
 
 
+_OVERFLOW = "Q and K give attention logits that overflow; expected logits of finite size"
+
+
+def _logits(Q: np.ndarray, KT: np.ndarray, scale: float, softcap: float | None,
+            overflow: str) -> np.ndarray:
+    """T = s Q K^T, soft-capped if ``softcap`` (KT the transpose of K); finite or ValueError."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = (Q @ KT) * scale
+    if not np.all(np.isfinite(S)):
+        raise ValueError(overflow)
+    return S if softcap is None else softcap * np.tanh(S / softcap)
+
+
+def _options(Q: np.ndarray, scale, softcap) -> tuple[float, float | None]:
+    """The scale (default 1/sqrt(d_h)) and the soft-cap (validated)."""
+    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
+    return scale, None if softcap is None else as_positive_float(softcap, "softcap")
+
+
+def attention_logits(Q: np.ndarray, K: np.ndarray, *, scale: float | None = None,
+                     softcap: float | None = None, overflow: str = _OVERFLOW) -> np.ndarray:
+    r"""The logits of :func:`attention_core` before the mask: :math:`T = \kappa
+    \tanh(s\, Q K^\top / \kappa)`, or :math:`T = s\, Q K^\top` without a soft-cap.
+
+    Parameters
+    ----------
+    Q : ndarray, shape (..., heads, M, d_h)
+    K : ndarray, shape (..., heads, N, d_h)
+    scale, softcap, overflow
+        As in :func:`attention_core`.
+
+    Returns
+    -------
+    T : ndarray, shape (..., heads, M, N)
+    """
+    scale, softcap = _options(Q, scale, softcap)
+    return _logits(Q, np.swapaxes(K, -1, -2), scale, softcap, overflow)
+
+
 def attention_core(Q: np.ndarray, K: np.ndarray, V: np.ndarray, *, mask=None,
-                   scale: float | None = None, copy_transposes: bool = False,
-                   overflow: str = "Q and K give attention logits that overflow; expected "
-                                   "logits of finite size") -> tuple[np.ndarray, CoreState]:
+                   scale: float | None = None, softcap: float | None = None,
+                   copy_transposes: bool = False,
+                   overflow: str = _OVERFLOW) -> tuple[np.ndarray, CoreState]:
     r"""Scaled dot-product attention on batched heads: :math:`O = P V`, :math:`P =
-    \operatorname{softmax}_{\text{rows}}(\text{mask}(s\, Q K^\top))`.
+    \operatorname{softmax}_{\text{rows}}(\text{mask}(T))`, with logits :math:`T = s\,
+    Q K^\top`, or :math:`T = \kappa \tanh(s\, Q K^\top / \kappa)` with a soft-cap
+    :math:`\kappa` (Gemma 2's ``attn_logit_softcapping``: after the scaling, before
+    the mask).
 
     No loops: every product is one batched matmul over the leading axes.
 
@@ -108,14 +155,16 @@ def attention_core(Q: np.ndarray, K: np.ndarray, V: np.ndarray, *, mask=None,
         must allow a key.
     scale : float, optional
         The factor s of the logits; default :math:`1/\sqrt{d_h}`.
+    softcap : float > 0 or None, default None
+        The cap :math:`\kappa` (None: no capping, :math:`T = s\, Q K^\top`).
     copy_transposes : bool, default False
         Keep contiguous copies of the transposes :math:`K^\top, V^\top, P^\top`
         (and copy :math:`\dot K^\top`, :math:`\dot S^\top` in the products):
         faster when the derivatives are taken many times, as by Lanczos; the
         values are the same up to rounding.
     overflow : str
-        The message of the ValueError raised when a logit is not finite (the
-        caller names its own arguments).
+        The message of the ValueError raised when a logit :math:`s\, Q K^\top` is
+        not finite (the caller names its own arguments).
 
     Returns
     -------
@@ -123,28 +172,33 @@ def attention_core(Q: np.ndarray, K: np.ndarray, V: np.ndarray, *, mask=None,
     state : CoreState
         For :func:`attention_core_jvp` and :func:`attention_core_vjp`. P has
         the dtype of the logits (float32 only if Q and K are).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a ``softcap`` that is not a finite positive number (naming it);
+        with the message ``overflow`` for logits that are not finite.
     """
-    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
+    scale, softcap = _options(Q, scale, softcap)
     KT = _transpose(K, copy_transposes)
-    with np.errstate(over="ignore", invalid="ignore"):
-        S = (Q @ KT) * scale
-    if not np.all(np.isfinite(S)):
-        raise ValueError(overflow)
+    T = _logits(Q, KT, scale, softcap, overflow)
+    cap_factor = None if softcap is None else 1.0 - (T / softcap) ** 2
     if mask is not None:
-        S = np.where(mask, S, -np.inf)
-    P = softmax(S, axis=-1).astype(S.dtype, copy=False)
+        T = np.where(mask, T, -np.inf)
+    P = softmax(T, axis=-1).astype(T.dtype, copy=False)
     out = P @ V
     return out, CoreState(Q, K, V, P, KT, _transpose(V, copy_transposes),
-                        _transpose(P, copy_transposes), scale, copy_transposes)
+                          _transpose(P, copy_transposes), scale, copy_transposes, cap_factor)
 
 
 def attention_core_jvp(state: CoreState, dQ: np.ndarray, dK: np.ndarray,
                        dV: np.ndarray) -> np.ndarray:
     r"""The differential of :func:`attention_core`: :math:`\dot O = \dot P V + P \dot V`.
 
-    :math:`\dot S = s(\dot Q K^\top + Q \dot K^\top)` and :math:`\dot P =
-    J(P)[\dot S]` row-wise (:func:`softmax_jvp`; masked entries stay 0). Exact up
-    to rounding.
+    :math:`\dot S = s(\dot Q K^\top + Q \dot K^\top)`, :math:`\dot T = (1 -
+    (T/\kappa)^2) \odot \dot S` with a soft-cap (:math:`\dot T = \dot S` without)
+    and :math:`\dot P = J(P)[\dot T]` row-wise (:func:`softmax_jvp`; masked
+    entries stay 0). Exact up to rounding.
 
     Parameters
     ----------
@@ -160,6 +214,8 @@ def attention_core_jvp(state: CoreState, dQ: np.ndarray, dK: np.ndarray,
     dS = dQ @ st.KT
     dS += st.Q @ _transpose(dK, st.copy_transposes)
     dS *= st.scale
+    if st.cap_factor is not None:
+        dS *= st.cap_factor
     dO = softmax_jvp(st.P, dS) @ st.V
     dO += st.P @ dV
     return dO
@@ -170,7 +226,8 @@ def attention_core_vjp(state: CoreState, dO: np.ndarray
     r"""The adjoint of :func:`attention_core_jvp`: the gradients at Q, K and V of
     :math:`\langle G, O\rangle` for G = ``dO``.
 
-    :math:`\bar V = P^\top G`, :math:`\bar S = s\, J(P)[G V^\top]`,
+    :math:`\bar V = P^\top G`, :math:`\bar S = s\, (1 - (T/\kappa)^2) \odot
+    J(P)[G V^\top]` (without the factor when there is no soft-cap),
     :math:`\bar Q = \bar S K`, :math:`\bar K = \bar S^\top Q`. Exact up to rounding.
 
     Parameters
@@ -187,6 +244,8 @@ def attention_core_vjp(state: CoreState, dO: np.ndarray
     st = state
     dV = st.PT @ dO
     dS = softmax_jvp(st.P, dO @ st.VT)
+    if st.cap_factor is not None:
+        dS *= st.cap_factor
     dS *= st.scale
     return dS @ st.K, _transpose(dS, st.copy_transposes) @ st.Q, dV
 
