@@ -205,8 +205,8 @@ def _explorer_data() -> dict:
 def _attention(name: str, X, W_Q, W_K, W_V) -> np.ndarray:
     if name == "l2":
         return lip.l2_attention_matrix(X, W_Q)
-    layer = variant_layer(name, W_Q, W_K, W_V)
-    return layer.forward(X)[1][3][0]
+    core, _, _ = variant_layer(name, W_Q, W_K, W_V).forward(X)[1]
+    return core.P[0]
 
 
 @register
