@@ -32,6 +32,12 @@ def loop_logit(q, k, cap):
     return s if cap is None else cap * math.tanh(s / cap)
 
 
+def loop_logits(Q, K, cap):
+    """Every logit of Q, K (..., heads, M, d_h), (..., heads, N, d_h) by loop_logit."""
+    return np.array([[loop_logit(q, k, cap) for k in K[idx]] for idx in np.ndindex(Q.shape[:-2])
+                     for q in Q[idx]]).reshape(Q.shape[:-1] + K.shape[-2:-1])
+
+
 def loop_reference(Q, K, V, mask, cap=None):
     """softmax(capped Q K^T / sqrt(d_h)) V one head and one query row at a time."""
     out = np.zeros(Q.shape[:-1] + (V.shape[-1],))
@@ -68,8 +74,7 @@ def test_forward_matches_the_loop_reference(masked, copy, cap):
     if cap is None:
         assert st.cap_factor is None
     else:                     # tanh'(s / cap) = 1 - tanh(s / cap)^2 at every logit
-        T = np.array([[loop_logit(q, k, cap) for k in K[idx]] for idx in np.ndindex(Q.shape[:-2])
-                      for q in Q[idx]]).reshape(st.P.shape)
+        T = loop_logits(Q, K, cap)
         np.testing.assert_allclose(st.cap_factor, 1 - (T / cap) ** 2, rtol=1e-12, atol=1e-15)
 
 
@@ -77,9 +82,7 @@ def test_the_soft_cap_bends_the_logits():
     """attention_logits against the loop; the cap binds, so the capped output differs."""
     Q, K, V, mask = problem()
     T = attention_logits(Q, K, softcap=0.8)
-    ref = np.array([[loop_logit(q, k, 0.8) for k in K[idx]] for idx in np.ndindex(Q.shape[:-2])
-                    for q in Q[idx]]).reshape(T.shape)
-    np.testing.assert_allclose(T, ref, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(T, loop_logits(Q, K, 0.8), rtol=1e-12, atol=1e-15)
     S = attention_logits(Q, K)
     assert np.abs(T).max() < 0.8 < np.abs(S).max()
     assert np.mean(np.abs(S) > 0.8) > 0.3
