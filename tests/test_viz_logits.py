@@ -62,3 +62,13 @@ def test_summary_counts_a_synthetic_sweep():
     np.testing.assert_allclose(s["no_logit"], np.median(top, axis=1))
     np.testing.assert_allclose(s["no_lip"], np.median(top, axis=1))
     assert s["no_lip0"] == 1.0 and s["n_seed"] == 2
+
+
+def test_ln_gain_is_one_over_the_per_token_deviation():
+    sw = lg.logit_sweep((1e-2, 1.0), (0,), 30)
+    model = train_reversal("pre", 1e-2, 0, 0, **(lg.TRAIN | {"steps": 25, "keep_at": ()})).run(0)
+    tokens = lg.reversal_batch(np.random.default_rng(lg.PROBE["seed"]), lg.PROBE["batch"],
+                               lg.TRAIN["n_tokens"], lg.TRAIN["vocab"])[0]
+    X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
+    s = np.sqrt(X.var(axis=-1) + transformer.EPS)              # layer 0's input stream
+    assert sw[False]["ln_gain"][0, 0, 1, 0] == pytest.approx(np.median(1 / s), rel=1e-9)

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from ... import transformer
 from ..._blas import single_threaded
+from ...layernorm import layer_norm_jacobian_norm
 from ...layers import layer_lipschitz
 from ...stabilisers import StabilisedAttention
 from ...training import reversal_batch, train_reversal
@@ -76,6 +77,15 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
     return out
 
 
+def _ln_gain(model: dict, tokens: np.ndarray) -> np.ndarray:
+    """Median over tokens of 1/s at each layer's input stream, shape (layers,)."""
+    X = np.asarray(model["embed"], dtype=float)[tokens] + np.asarray(model["pos"], dtype=float)
+    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, dtype=float)
+               for k, v in p.items()} for p in model["blocks"]]
+    stream = transformer.residual_stream(blocks, X, variant="pre")[:-1]
+    return np.array([np.median(layer_norm_jacobian_norm(x, transformer.EPS)) for x in stream])
+
+
 @lru_cache(maxsize=4)
 @single_threaded
 def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
@@ -93,7 +103,10 @@ def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
         ``"final_loss"`` (n_lr, n_seed): mean loss of the last 10 steps;
         ``"lipschitz"`` (n_lr, n_seed, n_ckpt, layers): the largest, over the
         probe sequences, exact local constant of each attention sublayer
-        (:func:`attention_constants`).
+        (:func:`attention_constants`);
+        ``"ln_gain"`` (n_lr, n_seed, n_ckpt, layers): the median over the probe
+        tokens of :math:`1/s`, the norm of the Jacobian of the layer's first
+        LayerNorm (before its gain) at the residual stream entering it.
     """
     lr = np.repeat(np.asarray(lrs, dtype=float), len(seeds))
     sd = np.tile(np.asarray(seeds), len(lrs))
@@ -107,11 +120,14 @@ def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
         res = train_reversal("pre", lr, 0, sd, qk_norm=qk, **kw)
         lip = np.array([[attention_constants(res.run(i, at=t), tokens, qk).max(axis=1)
                          for t in kw["keep_at"]] for i in range(lr.size)])
+        gain = np.array([[_ln_gain(res.run(i, at=t), tokens) for t in kw["keep_at"]]
+                         for i in range(lr.size)])
         out["logit_steps"] = res.logit_steps
         out[qk] = {"max_logit": res.max_logit.reshape(*shape, *res.max_logit.shape[1:]),
                    "loss": res.loss.reshape(*shape, -1),
                    "final_loss": res.loss[:, -10:].mean(axis=1).reshape(shape),
-                   "lipschitz": lip.reshape(*shape, *lip.shape[1:])}
+                   "lipschitz": lip.reshape(*shape, *lip.shape[1:]),
+                   "ln_gain": gain.reshape(*shape, *gain.shape[1:])}
     return out
 
 
