@@ -62,6 +62,7 @@ def test_summary_counts_a_synthetic_sweep():
     np.testing.assert_allclose(s["no_logit"], np.median(top, axis=1))
     np.testing.assert_allclose(s["no_lip"], np.median(top, axis=1))
     assert s["no_lip0"] == 1.0 and s["n_seed"] == 2
+    assert s["lip_learned_max"] == 50.0 and s["lip_failed_min"] == 2e3
 
 
 def test_ln_gain_is_one_over_the_per_token_deviation():
