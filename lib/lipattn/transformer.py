@@ -14,7 +14,11 @@ states of a sequence are :math:`X \in \mathbb R^{N \times d}`. One layer is
   and the weight gradients);
 - *FFN*: :math:`F = \operatorname{relu}(H W_1 + b_1) W_2 + b_2`;
 - *LayerNorm* with gain and bias, :math:`\mathrm{LN}_{g,b}(x) = g \odot
-  \mathrm{LN}(x) + b` (:mod:`lipattn.layernorm`, :math:`\varepsilon = 10^{-5}`).
+  \mathrm{LN}(x) + b` (:mod:`lipattn.layernorm`, :math:`\varepsilon = 10^{-5}`);
+- optionally *QK-norm* (a layer's ``"qk_norm": True``): every head's query and
+  key rows are replaced by :math:`\mathrm{LN}(q)`, :math:`\mathrm{LN}(k)` over
+  their :math:`d_h` entries (unit gain, no bias, the same :math:`\varepsilon`)
+  before the scores, so that every logit is at most :math:`\sqrt{d_h}` in size.
 
 The two variants (:cite:t:`xiong2020layer`):
 
@@ -25,7 +29,8 @@ The two variants (:cite:t:`xiong2020layer`):
   LayerNorm *without* gain or bias.
 
 Parameters are a list with one dict per layer, holding the arrays named in
-:data:`PARAM_NAMES` and the int ``"heads"``. Every array may carry extra
+:data:`PARAM_NAMES`, the int ``"heads"`` and optionally the bool ``"qk_norm"``
+(absent: False). Every array may carry extra
 leading axes that broadcast against the batch axes of ``X`` (numpy matmul
 rules): weights of shape ``(R, 1, d, d)`` and ``X`` of shape ``(R, B, N, d)``
 run ``R`` independent models on ``B`` sequences each, which is how
@@ -60,10 +65,12 @@ PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O", "b_O", "W_1", "b_1", "W_2", "b_2",
 MATRICES = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2")
 VARIANTS = ("post", "pre")
 EPS = 1e-5
+#: The entries of a layer's dict that are settings, not arrays.
+SETTINGS = ("heads", "qk_norm")
 
 
 def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
-                seed: int = 0) -> list[dict[str, Any]]:
+                seed: int = 0, qk_norm: bool = False) -> list[dict[str, Any]]:
     r"""Xavier-uniform weights, zero biases, unit LayerNorm gains.
 
     Parameters
@@ -78,6 +85,9 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
         Hidden width of the FFN; defaults to ``4 * d``.
     seed : int, default 0
         Seed of ``np.random.default_rng`` (an int >= 0).
+    qk_norm : bool, default False
+        Normalise each head's queries and keys (module docstring); stored as
+        ``"qk_norm"`` in every layer's dict when True. The weights do not depend on it.
 
     The model must fit in memory: at most 1e8 weights in all.
 
@@ -96,6 +106,8 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
     if d % heads:
         raise ValueError(f"heads must divide d = {d}; got heads = {heads}")
     d_ff = 4 * d if d_ff is None else as_count(d_ff, "d_ff", 1)
+    if not isinstance(qk_norm, (bool, np.bool_)):
+        raise TypeError(f"qk_norm must be a bool; got {type(qk_norm).__name__}")
     if layers * d * (4 * d + 2 * d_ff) > 10**8:
         raise ValueError(f"layers, d, d_ff must give at most 1e8 weights (memory); got "
                          f"layers = {layers}, d = {d}, d_ff = {d_ff}")
@@ -112,6 +124,8 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
               "W_2": xavier(d_ff, d), "b_2": np.zeros(d),
               "ln1_g": np.ones(d), "ln1_b": np.zeros(d),
               "ln2_g": np.ones(d), "ln2_b": np.zeros(d), "heads": heads}
+        if qk_norm:
+            p["qk_norm"] = True
         params.append(p)
     return params
 
@@ -143,6 +157,9 @@ def check_params(params: Any, name: str = "params") -> int:
                 or d % heads:
             raise ValueError(f"{name}[{i}]['heads'] must be a positive int dividing d = {d}; "
                              f"got {heads!r}")
+        if not isinstance(p.get("qk_norm", False), (bool, np.bool_)):
+            raise TypeError(f"{name}[{i}]['qk_norm'] must be a bool; got "
+                            f"{type(p['qk_norm']).__name__}")
         d_ff = np.shape(p["W_1"])[-1]
         want = {"W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d), "b_O": (d,),
                 "W_1": (d, d_ff), "b_1": (d_ff,), "W_2": (d_ff, d), "b_2": (d,),
@@ -235,21 +252,33 @@ def _attn_fwd(H, p):
     Q = _split(_linear(H, p["W_Q"]), heads)
     K = _split(_linear(H, p["W_K"]), heads)
     V = _split(_linear(H, p["W_V"]), heads)
+    qk = None
+    if p.get("qk_norm", False):  # LayerNorm over each head's d_h entries
+        (Q, inv_q), (K, inv_k) = _ln(Q, EPS), _ln(K, EPS)
+        qk = (inv_q, inv_k)
     Z, core = attention_core(
         Q, K, V, overflow="params and X must keep the attention logits finite; they overflow "
         f"the {np.result_type(Q, K)} range (X or the hidden states are too large for this "
         "variant; only Pre-LN normalises them before attention)")
     A = _merge(Z)
-    return _linear(A, p["W_O"]) + p["b_O"], (H, core, A)
+    return _linear(A, p["W_O"]) + p["b_O"], (H, core, A, qk)
+
+
+def _attn_logits(cache):
+    """The logits S (..., heads, N, N) of a forward pass, recomputed from its cache."""
+    core = cache[1]
+    return (core.Q @ np.swapaxes(core.K, -1, -2)) * core.scale
 
 
 def _attn_bwd(dout, cache, p, grads):
-    H, core, A = cache
+    H, core, A, qk = cache
     heads = int(p["heads"])
     grads["W_O"] = _wgrad(A, dout, np.shape(p["W_O"]))
     grads["b_O"] = _reduce_to(dout, np.shape(p["b_O"]))
     dA = _split(_linear(dout, np.swapaxes(p["W_O"], -1, -2)), heads)
     dQ, dK, dV = attention_core_vjp(core, dA)
+    if qk is not None:  # through the per-head LayerNorms (core.Q, core.K are their outputs)
+        dQ, dK = _ln_plain_bwd(dQ, core.Q, qk[0]), _ln_plain_bwd(dK, core.K, qk[1])
     dH = 0.0
     for k, dZ in (("W_Q", dQ), ("W_K", dK), ("W_V", dV)):
         dZ = _merge(dZ)
@@ -336,7 +365,7 @@ def _backward(params, caches, grad_out, variant):
         else:
             dX1 = dX + _ln_bwd(_ffn_bwd(dX, cf, p, g), cl2, g, "ln2_g", "ln2_b")
             dX = dX1 + _ln_bwd(_attn_bwd(dX1, ca, p, g), cl1, g, "ln1_g", "ln1_b")
-        g["heads"] = p["heads"]
+        g |= {k: p[k] for k in SETTINGS if k in p}
         dstream.append(dX)
     return grads, dX, dstream[::-1]
 
@@ -390,7 +419,7 @@ def backward(params: Any, X: Any, grad_out: Any, *, variant: str
     -------
     grads : list of dict
         :math:`\partial\ell/\partial\theta` with the keys and shapes of ``params``
-        (``"heads"`` copied).
+        (``"heads"`` and ``"qk_norm"`` copied).
     grad_X : ndarray, shape (..., N, d)
         :math:`\partial\ell/\partial X`.
     """
@@ -445,6 +474,9 @@ def as_layers(params: Any, variant: str, *, final_norm: bool = True) -> Any:
     final_norm = as_bool(final_norm, "final_norm")
     d = check_params(params)
     for i, p in enumerate(params):
+        if p.get("qk_norm", False):
+            raise ValueError(f"params[{i}] has qk_norm = True, which as_layers does not build "
+                             "(lipattn.stabilisers.StabilisedAttention has QK-norm)")
         for k in PARAM_NAMES:
             if np.ndim(p[k]) != (2 if k.startswith("W_") else 1):
                 raise ValueError(f"params[{i}][{k!r}] must have no leading run axes (one "
@@ -529,13 +561,14 @@ def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
         raise ValueError("models must all have the same number of layers; got "
                          f"{[len(m) for m in models]}")
     for l_, layer in enumerate(zip(*models, strict=True)):
-        heads = [int(p["heads"]) for p in layer]
-        if len(set(heads)) != 1:
-            raise ValueError(f"models must have the same heads in each layer; got heads = "
-                             f"{heads} in layer {l_}")
+        for k in SETTINGS:
+            vals = [p.get(k, False) if k == "qk_norm" else int(p[k]) for p in layer]
+            if len(set(vals)) != 1:
+                raise ValueError(f"models must have the same {k} in each layer; got {k} = "
+                                 f"{vals} in layer {l_}")
     out = []
     for layer in zip(*models, strict=True):
-        p: dict[str, Any] = {"heads": layer[0]["heads"]}
+        p: dict[str, Any] = {k: layer[0][k] for k in SETTINGS if k in layer[0]}
         for k in PARAM_NAMES:
             a = np.stack([q[k] for q in layer])
             extra = batch_axes + (a.ndim == 2)  # vectors also skip the token axis
@@ -580,7 +613,7 @@ def gradient_check(params: Any, X: Any, *, variant: str, seed: int = 0,
               *(float(np.max(np.abs(p[k]), initial=0.0)) for p in params for k in PARAM_NAMES))
     h = as_step(h, "h", big)
     G = np.random.default_rng(seed).standard_normal(X.shape)
-    params = [{k: (v if k == "heads" else np.array(v, dtype=float)) for k, v in p.items()}
+    params = [{k: (v if k in SETTINGS else np.array(v, dtype=float)) for k, v in p.items()}
               for p in params]
     grads, gX = backward(params, X, G, variant=variant)
     pairs = [(p[k], g[k]) for p, g in zip(params, grads, strict=True) for k in PARAM_NAMES]
