@@ -43,7 +43,7 @@ def test_sweep_shapes_and_invariants():
     for qk in (False, True):
         a = sw[qk]
         assert a["max_logit"].shape == (2, 1, 3, 2) and a["lipschitz"].shape == (2, 1, 2, 2)
-        assert a["loss"].shape == (2, 1, 30)
+        assert a["loss"].shape == (2, 1, 30) and a["value_path"].shape == (2, 1, 2)
         assert np.array_equal(a["lipschitz"][0, :, 0], a["lipschitz"][1, :, 0])  # same init
     d_h = lg.TRAIN["d"] // lg.TRAIN["heads"]
     assert np.all(sw[True]["max_logit"] <= np.sqrt(d_h))     # |LN(q)| <= sqrt(d_h)
@@ -73,3 +73,31 @@ def test_ln_gain_is_one_over_the_per_token_deviation():
     X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
     s = np.sqrt(X.var(axis=-1) + transformer.EPS)              # layer 0's input stream
     assert sw[False]["ln_gain"][0, 0, 1, 0] == pytest.approx(np.median(1 / s), rel=1e-9)
+
+
+@pytest.mark.parametrize("qk", [False, True])
+def test_value_path_is_the_norm_of_a_dense_kronecker_reference(qk):
+    """The value term sum_h P_h E W_V^h W_O^h is (row-major vec) sum_h P_h kron (W_V^h W_O^h)^T,
+    with P from a plain-numpy softmax of the (optionally LayerNormed) logits."""
+    kw = {"layers": 2, "d": 8, "heads": 2, "vocab": 6, "n_tokens": 4, "batch": 4, "steps": 5}
+    model = train_reversal("pre", 3e-2, 0, 0, qk_norm=qk, **kw).run(0)
+    tokens = np.array([[0, 1, 2, 3], [5, 5, 1, 0]])
+    got = lg.attention_constants(model, tokens, qk, tol=1e-10, value_path=True)
+    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, float) for k, v in p.items()}
+              for p in model["blocks"]]
+    X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
+    H = transformer.attention_inputs(blocks, X, variant="pre")
+    ln = lambda z: (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True)  # noqa: E731
+                                                             + transformer.EPS)
+    for l_, p in enumerate(blocks):
+        for b in range(2):
+            J = 0
+            for h in range(2):
+                sl = slice(4 * h, 4 * h + 4)
+                q, k = H[l_][b] @ p["W_Q"][:, sl], H[l_][b] @ p["W_K"][:, sl]
+                q, k = (ln(q), ln(k)) if qk else (q, k)
+                S = q @ k.T / 2.0
+                P = np.exp(S - S.max(1, keepdims=True))
+                P /= P.sum(1, keepdims=True)
+                J = J + np.kron(P, (p["W_V"][:, sl] @ p["W_O"][sl]).T)
+            assert got[l_, b] == pytest.approx(np.linalg.norm(J, 2), rel=1e-8)

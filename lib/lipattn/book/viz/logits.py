@@ -21,8 +21,9 @@ from matplotlib.figure import Figure
 
 from ... import transformer
 from ..._blas import single_threaded
+from ...lanczos import jacobian_norm
 from ...layernorm import layer_norm_jacobian_norm
-from ...layers import layer_lipschitz
+from ...layers import attention_core_jvp, attention_core_vjp, layer_lipschitz
 from ...stabilisers import StabilisedAttention
 from ...training import reversal_batch, train_reversal
 from .. import plotting
@@ -40,7 +41,7 @@ PROBE = {"batch": 2, "seed": 12345}
 
 
 def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
-                        tol: float = 1e-6) -> np.ndarray:
+                        tol: float = 1e-6, value_path: bool = False) -> np.ndarray:
     r"""Exact local constants of a trained model's attention sublayers.
 
     For each layer l and sequence b, the spectral norm of the Jacobian of
@@ -57,6 +58,10 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
     qk_norm : bool
         Whether the model normalises queries and keys (LayerNorm per head,
         :data:`lipattn.transformer.EPS`).
+    value_path : bool, default False
+        Instead, the spectral norm of the Jacobian's value term alone,
+        :math:`E \mapsto [P_1 E W_V^{(1)}, \dots] W_O` with the attention
+        matrices held at their values (the same algorithm and tolerance).
 
     Returns
     -------
@@ -73,8 +78,21 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
                                     qk_norm="layer" if qk_norm else None,
                                     qk_norm_eps=transformer.EPS)
         for b in range(len(tokens)):
-            out[l_, b] = layer_lipschitz(layer, H[l_][b], tol=tol).value
+            out[l_, b] = (_value_norm(layer, H[l_][b], tol) if value_path
+                          else layer_lipschitz(layer, H[l_][b], tol=tol).value)
     return out
+
+
+def _value_norm(layer: StabilisedAttention, H: np.ndarray, tol: float) -> float:
+    """Norm of the value term of ``layer``'s Jacobian at H (queries and keys frozen)."""
+    core = layer.forward(H)[1][0]
+    zero = np.zeros_like(core.Q)
+    W_O = layer.W_O
+    jvp = lambda E: layer._merge(attention_core_jvp(            # noqa: E731
+        core, zero, zero, layer._split(E @ layer.W_V))) @ W_O
+    vjp = lambda G: layer._merge(attention_core_vjp(            # noqa: E731
+        core, layer._split(G @ W_O.T))[2]) @ layer.W_V.T
+    return jacobian_norm(jvp, vjp, H.shape, tol=tol).value
 
 
 def _ln_gain(model: dict, tokens: np.ndarray) -> np.ndarray:
@@ -104,6 +122,8 @@ def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
         ``"lipschitz"`` (n_lr, n_seed, n_ckpt, layers): the largest, over the
         probe sequences, exact local constant of each attention sublayer
         (:func:`attention_constants`);
+        ``"value_path"`` (n_lr, n_seed, layers): the same as ``"lipschitz"`` at
+        the last checkpoint for the value term alone (``value_path=True``);
         ``"ln_gain"`` (n_lr, n_seed, n_ckpt, layers): the median over the probe
         tokens of :math:`1/s`, the norm of the Jacobian of the layer's first
         LayerNorm (before its gain) at the residual stream entering it.
@@ -120,6 +140,9 @@ def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
         res = train_reversal("pre", lr, 0, sd, qk_norm=qk, **kw)
         lip = np.array([[attention_constants(res.run(i, at=t), tokens, qk).max(axis=1)
                          for t in kw["keep_at"]] for i in range(lr.size)])
+        vp = np.array([attention_constants(res.run(i, at=kw["keep_at"][-1]), tokens, qk,
+                                           value_path=True).max(axis=1)
+                       for i in range(lr.size)])
         gain = np.array([[_ln_gain(res.run(i, at=t), tokens) for t in kw["keep_at"]]
                          for i in range(lr.size)])
         out["logit_steps"] = res.logit_steps
@@ -127,6 +150,7 @@ def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
                    "loss": res.loss.reshape(*shape, -1),
                    "final_loss": res.loss[:, -10:].mean(axis=1).reshape(shape),
                    "lipschitz": lip.reshape(*shape, *lip.shape[1:]),
+                   "value_path": vp.reshape(*shape, -1),
                    "ln_gain": gain.reshape(*shape, *gain.shape[1:])}
     return out
 
