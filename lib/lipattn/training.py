@@ -354,7 +354,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         onehot = np.zeros_like(P)
         np.put_along_axis(onehot, tgt[..., None], 1.0, axis=-1)
         picked = np.sum(P * onehot, axis=-1)
-        loss[:, t] = -np.mean(np.log(np.maximum(picked, 1e-300)), axis=(1, 2))
+        loss[:, t] = -np.mean(np.log(np.maximum(picked, np.finfo(picked.dtype).tiny)), axis=(1, 2))
         c = out - out.mean(axis=-2, keepdims=True)
         div[:, t] = np.mean(np.linalg.norm(c, axis=(-2, -1))
                             / np.linalg.norm(out, axis=(-2, -1)), axis=1)
