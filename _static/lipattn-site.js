@@ -74,6 +74,21 @@
     })();
   }
 
+  /* Folded proofs (sphinx-design dropdowns, native <details>) print open:
+     every closed one opens before printing and closes again afterwards.
+     Folded code cells (myst-nb's hide-input) stay folded on paper. */
+  var openedForPrint = [];
+  window.addEventListener("beforeprint", function () {
+    var boxes = document.querySelectorAll("details.sd-dropdown:not([open])");
+    for (var i = 0; i < boxes.length; i++) {
+      boxes[i].setAttribute("open", "");
+      openedForPrint.push(boxes[i]);
+    }
+  });
+  window.addEventListener("afterprint", function () {
+    while (openedForPrint.length) { openedForPrint.pop().removeAttribute("open"); }
+  });
+
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", function () { setTimeout(ready, 0); });
   } else { setTimeout(ready, 0); }
