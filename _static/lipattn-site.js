@@ -60,7 +60,22 @@
     }
   }
 
+  /* Every part of the page sits in a landmark (axe "region"): the book's
+     title above the sidebar's navigation is a link home, outside any landmark
+     in the theme's markup; it becomes a small navigation landmark of its own. */
+  function landmarkBrand() {
+    var brands = document.querySelectorAll(".bd-sidebar-primary .navbar-brand");
+    for (var i = 0; i < brands.length; i++) {
+      var item = brands[i].closest(".sidebar-primary-item") || brands[i];
+      if (!item.closest("nav, [role=navigation], header, footer, main, aside")) {
+        item.setAttribute("role", "navigation");
+        item.setAttribute("aria-label", "Book title");
+      }
+    }
+  }
+
   function ready() {
+    landmarkBrand();
     nameToggles();
     unlabelSummaries();
     if (!document.querySelector('script[src*="mathjax"]')) { mathDone(); return; }
