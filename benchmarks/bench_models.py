@@ -9,8 +9,12 @@
 2. Optional, longer (set ``LIPATTN_BENCH_LONG=1``): the constant of a whole
    12-layer stack at d = 768, N = 128 (GPT-2 small), to show it takes minutes.
 
-The weights are random, GPT-2-like (entries N(0, 0.02^2), LayerNorm gains
-1 + N(0, 0.1^2)); the hidden states are N(0, 1). Run with
+The weights are random, initialised as GPT-2 is
+(:func:`lipattn.models.random_state_dict`: entries N(0, 0.02^2), the residual
+projections scaled by 1/sqrt(2 L)), with non-trivial LayerNorm gains
+1 + N(0, 0.1^2), LayerNorm biases N(0, 0.1^2) and linear biases N(0, 0.02^2);
+the hidden states are N(0, 1). The machine's load average is printed first
+(the times are wall-clock times). Run with
 ``python benchmarks/bench_models.py``.
 """
 
@@ -21,26 +25,15 @@ import time
 
 import numpy as np
 
-from lipattn.models import GPT2
+from lipattn.models import GPT2, random_state_dict
 
 PRODUCT_TARGET = 2.0   # product time / forward time
 
 
-def gpt2_state(L: int, d: int = 768, n_pos: int = 1024, seed: int = 0) -> dict:
-    """A random state dict with Hugging Face GPT2Model's names and shapes."""
-    rng = np.random.default_rng(seed)
-    r = lambda *s: 0.02 * rng.standard_normal(s)      # noqa: E731
-    st = {"wte.weight": r(50, d), "wpe.weight": r(n_pos, d),
-          "ln_f.weight": 1 + 0.1 * rng.standard_normal(d), "ln_f.bias": r(d)}
-    for i in range(L):
-        p = f"h.{i}."
-        st |= {p + "ln_1.weight": 1 + 0.1 * rng.standard_normal(d), p + "ln_1.bias": r(d),
-               p + "attn.c_attn.weight": r(d, 3 * d), p + "attn.c_attn.bias": r(3 * d),
-               p + "attn.c_proj.weight": r(d, d), p + "attn.c_proj.bias": r(d),
-               p + "ln_2.weight": 1 + 0.1 * rng.standard_normal(d), p + "ln_2.bias": r(d),
-               p + "mlp.c_fc.weight": r(d, 4 * d), p + "mlp.c_fc.bias": r(4 * d),
-               p + "mlp.c_proj.weight": r(4 * d, d), p + "mlp.c_proj.bias": r(d)}
-    return st
+def gpt2_state(L: int, seed: int = 0) -> dict:
+    """A random GPT-2-small-width state dict (Hugging Face's names), see the module docstring."""
+    return random_state_dict("gpt2", L, 768, 12, vocab=50, n_pos=1024, norm_std=0.1,
+                             bias_std=0.02, seed=seed)
 
 
 def _times_s(f, repeats: int = 7) -> tuple[float, float]:
@@ -99,6 +92,8 @@ def stack_case(N: int = 128, L: int = 12, seed: int = 0) -> dict:
 
 def main() -> list[dict]:
     """The block case; the 12-layer stack too when LIPATTN_BENCH_LONG=1."""
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average (1, 5, 15 min): {load}; {os.cpu_count()} CPUs", flush=True)
     rows = [block_case()]
     if os.environ.get("LIPATTN_BENCH_LONG") == "1":
         rows.append(stack_case())

@@ -29,43 +29,64 @@ from lipattn.layers import (
     Sequential,
     layer_lipschitz,
 )
-from lipattn.models import GPT2, Llama
+from lipattn.models import GPT2, Llama, random_state_dict
 
 
 # --------------------------------------------------------------------------
 # random Hugging Face state dicts
 # --------------------------------------------------------------------------
 def gpt2_state(L=2, d=8, d_ff=12, vocab=11, n_pos=10, seed=0, w=0.5):
-    rng = np.random.default_rng(seed)
-    r = lambda *s: w * rng.standard_normal(s)               # noqa: E731
-    st = {"wte.weight": rng.standard_normal((vocab, d)), "wpe.weight": r(n_pos, d)}
-    for i in range(L):
-        p = f"h.{i}."
-        st |= {p + "ln_1.weight": 1 + 0.3 * rng.standard_normal(d), p + "ln_1.bias": r(d),
-               p + "attn.c_attn.weight": r(d, 3 * d), p + "attn.c_attn.bias": r(3 * d),
-               p + "attn.c_proj.weight": r(d, d), p + "attn.c_proj.bias": r(d),
-               p + "ln_2.weight": 1 + 0.3 * rng.standard_normal(d), p + "ln_2.bias": r(d),
-               p + "mlp.c_fc.weight": r(d, d_ff), p + "mlp.c_fc.bias": r(d_ff),
-               p + "mlp.c_proj.weight": r(d_ff, d), p + "mlp.c_proj.bias": r(d)}
-    st |= {"ln_f.weight": 1 + 0.3 * rng.standard_normal(d), "ln_f.bias": r(d)}
-    return st
+    """Large random weights, norm gains and biases: every term of the derivatives matters."""
+    return random_state_dict("gpt2", L, d, 2, d_ff=d_ff, vocab=vocab, n_pos=n_pos, std=w,
+                             norm_std=0.3, bias_std=w, seed=seed)
 
 
 def llama_state(L=2, d=16, n_head=4, n_kv=2, d_ff=20, vocab=11, seed=0, w=0.4):
-    rng = np.random.default_rng(seed)
-    r = lambda *s: w * rng.standard_normal(s)               # noqa: E731
-    dkv = n_kv * d // n_head
-    st = {"embed_tokens.weight": rng.standard_normal((vocab, d))}
-    for i in range(L):
-        p = f"layers.{i}."
-        st |= {p + "input_layernorm.weight": 1 + 0.3 * rng.standard_normal(d),
-               p + "self_attn.q_proj.weight": r(d, d), p + "self_attn.k_proj.weight": r(dkv, d),
-               p + "self_attn.v_proj.weight": r(dkv, d), p + "self_attn.o_proj.weight": r(d, d),
-               p + "post_attention_layernorm.weight": 1 + 0.3 * rng.standard_normal(d),
-               p + "mlp.gate_proj.weight": r(d_ff, d), p + "mlp.up_proj.weight": r(d_ff, d),
-               p + "mlp.down_proj.weight": r(d, d_ff)}
-    st["norm.weight"] = 1 + 0.3 * rng.standard_normal(d)
-    return st
+    return random_state_dict("llama", L, d, n_head, n_kv_head=n_kv, d_ff=d_ff, vocab=vocab,
+                             std=w, norm_std=0.3, seed=seed)
+
+
+def test_random_state_dicts_load_and_follow_hugging_face_init():
+    st = random_state_dict("gpt2", 4, 64, 4, seed=1)
+    for name, w in st.items():
+        if name.endswith("c_proj.weight"):
+            assert abs(w.std() / (0.02 / math.sqrt(8)) - 1) < 0.05, name
+        elif w.ndim == 1 and name.endswith("weight"):          # LayerNorm gains
+            assert np.all(w == 1)
+        elif name.endswith("bias"):
+            assert np.all(w == 0), name
+        else:
+            assert abs(w.std() / 0.02 - 1) < 0.1, name
+    assert GPT2.from_state_dict(st, n_head=4).n_layer == 4     # every key read
+    deep = random_state_dict("gpt2", 1, 64, 4, init_depth=12, seed=1)["h.0.mlp.c_proj.weight"]
+    assert abs(deep.std() / (0.02 / math.sqrt(24)) - 1) < 0.05
+    ls = random_state_dict("llama", 2, 64, 4, n_kv_head=2, seed=2)
+    assert ls["layers.0.mlp.gate_proj.weight"].shape == (192, 64)   # 8 d / 3 -> 192
+    assert ls["layers.0.self_attn.k_proj.weight"].shape == (32, 64)
+    for name in ("layers.1.self_attn.o_proj.weight", "layers.1.mlp.down_proj.weight"):
+        assert abs(ls[name].std() / 0.02 - 1) < 0.1              # no residual rescaling
+    assert np.all(ls["norm.weight"] == 1)
+    assert Llama.from_state_dict(ls, n_head=4, n_kv_head=2).d_model == 64
+    noisy = random_state_dict("gpt2", 1, 64, 4, norm_std=0.3, bias_std=0.1, seed=3)
+    assert abs(np.std(noisy["h.0.ln_1.weight"] - 1) / 0.3 - 1) < 0.3
+    assert abs(np.std(noisy["h.0.mlp.c_fc.bias"]) / 0.1 - 1) < 0.1
+    again = random_state_dict("gpt2", 1, 64, 4, norm_std=0.3, bias_std=0.1, seed=3)
+    assert all(np.array_equal(noisy[k], again[k]) for k in noisy)     # seeded
+
+
+def test_random_state_dict_bad_arguments_name_them():
+    for kw, match in ((dict(layout="bert"), "layout"), (dict(n_head=3), "n_head must divide"),
+                      (dict(n_layer=0), "n_layer"), (dict(std=0.0), "std"),
+                      (dict(norm_std=-1.0), "norm_std"), (dict(n_kv_head=2), "n_kv_head"),
+                      (dict(layout="llama", n_kv_head=3), "n_kv_head must divide"),
+                      (dict(layout="llama", bias_std=0.1), "bias_std"),
+                      (dict(layout="llama", init_depth=4), "init_depth"),
+                      (dict(vocab=10**9), "entries")):
+        args = dict(layout="gpt2", n_layer=1, d_model=8, n_head=4) | kw
+        with pytest.raises(ValueError, match=match):
+            random_state_dict(**args)
+    with pytest.raises(TypeError, match="seed"):
+        random_state_dict("gpt2", 1, 8, 2, seed=1.5)
 
 
 # --------------------------------------------------------------------------
@@ -483,6 +504,24 @@ def test_head_permutation_invariance_llama_gqa():
 # --------------------------------------------------------------------------
 # bad input
 # --------------------------------------------------------------------------
+def test_float32_state_dicts_compute_in_float64_by_default():
+    """Exported float32 weights are cast up exactly: the same model as their float64 copy."""
+    for cls, st, kw in ((GPT2, gpt2_state(seed=9), dict(n_head=2)),
+                        (Llama, llama_state(seed=9), dict(n_head=4, n_kv_head=2))):
+        st32 = {k: v.astype(np.float32) for k, v in st.items()}
+        a = cls.from_state_dict(st32, **kw)
+        b = cls.from_state_dict({k: v.astype(np.float64) for k, v in st32.items()}, **kw)
+        assert all(layer.attn.W_Q.dtype == np.float64 for layer in a.blocks)
+        H = a.embed(np.array([1, 2, 3, 4]))
+        assert H.dtype == np.float64
+        Y = a.forward(H, final_norm=True)
+        assert Y.dtype == np.float64
+        np.testing.assert_array_equal(Y, b.forward(H, final_norm=True))
+        assert a.local_lipschitz(H) == b.local_lipschitz(H)
+        c = cls.from_state_dict(st32, **kw, dtype=np.float32)
+        assert c.forward(H.astype(np.float32)).dtype == np.float32
+
+
 def test_bad_state_dicts():
     st = gpt2_state()
     for key in ("h.1.attn.c_attn.bias", "ln_f.weight", "wpe.weight", "wte.weight"):

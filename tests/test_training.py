@@ -78,3 +78,46 @@ def test_step_hook_sees_writable_views_of_every_update():
 def test_step_hook_must_be_callable():
     with pytest.raises(TypeError, match="step_hook"):
         training.train_reversal("pre", 1e-3, 0, 0, steps=1, step_hook=3, **KW)
+
+
+def test_max_logit_matches_the_logits_of_a_plain_forward_pass():
+    from lipattn.stabilisers import StabilisedAttention
+
+    for qk in (False, True):
+        res = training.train_reversal("pre", 3e-2, 0, 1, steps=3, heads=2, qk_norm=qk,
+                                      logit_every=2, **KW)
+        assert res.logit_steps.tolist() == [0, 2] and res.max_logit.shape == (1, 2, 2)
+        model = training.init_model(2, 16, 16, 8, heads=2, seed=1, qk_norm=qk)
+        tok, _ = training.reversal_batch(np.random.default_rng([1, 2]), 4, 8, 16)
+        H = transformer.attention_inputs(model["blocks"], model["embed"][tok] + model["pos"],
+                                         variant="pre")
+        for l_, p in enumerate(model["blocks"]):
+            lay = StabilisedAttention(p["W_Q"], p["W_K"], p["W_V"], n_head=2,
+                                      qk_norm="layer" if qk else None,
+                                      qk_norm_eps=transformer.EPS)
+            ref = max(lay.logits(h).max() for h in H[l_])
+            assert res.max_logit[0, 0, l_] == pytest.approx(ref, rel=1e-4, abs=1e-5)
+        if qk:
+            assert np.all(res.max_logit <= np.sqrt(8))   # d_h = 8
+
+
+def test_recording_and_snapshots_leave_training_bit_identical():
+    kw = KW | {"steps": 5}
+    a = training.train_reversal("pre", [1e-2, 3e-3], 0, [0, 1], **kw)
+    b = training.train_reversal("pre", [1e-2, 3e-3], 0, [0, 1], logit_every=1,
+                                keep_at=(0, 2, 5), **kw)
+    for f in ("loss", "diversity", "grad_norm", "update", "grad_total"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert sorted(b.snapshots) == [0, 2, 5] and a.snapshots == {}
+    init = training.init_model(2, 16, 16, 8, seed=1)
+    np.testing.assert_array_equal(b.run(1, at=0)["embed"], init["embed"].astype(np.float32))
+    for k in ("embed", "unembed"):
+        assert np.array_equal(b.run(1, at=5)[k], a.run(1)[k])
+    short = training.train_reversal("pre", [1e-2, 3e-3], 0, [0, 1], **(KW | {"steps": 2}))
+    assert np.array_equal(b.run(0, at=2)["blocks"][1]["W_1"], short.run(0)["blocks"][1]["W_1"])
+    with pytest.raises(ValueError, match="at must be"):
+        b.run(0, at=3)
+    with pytest.raises(ValueError, match="keep_at"):
+        training.train_reversal("pre", 1e-3, 0, 0, steps=2, keep_at=(3,), **KW)
+    with pytest.raises(TypeError, match="qk_norm"):
+        training.train_reversal("pre", 1e-3, 0, 0, steps=2, qk_norm="on", **KW)

@@ -230,3 +230,93 @@ def test_overflow_is_a_clear_error_not_a_warning(variant):
     for fn in (T.forward, T.residual_stream):
         with pytest.raises(ValueError, match="^params and X must keep the"):
             fn(p, X, variant=variant)
+
+
+@pytest.mark.parametrize("variant", ["post", "pre"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_as_layers_forward_equals_forward_and_its_vjp_equals_backward(variant, heads):
+    params = _generic_params(heads, layers=3)
+    rng = np.random.default_rng(4)
+    X, G = 2 * rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    stack = T.as_layers(params, variant)
+    Y, state = stack.forward(X)
+    np.testing.assert_allclose(Y, T.forward(params, X, variant=variant), rtol=1e-12,
+                               atol=1e-13)
+    np.testing.assert_allclose(stack.vjp(state, G), T.backward(params, X, G, variant=variant)[1],
+                               rtol=1e-11, atol=1e-12)
+    no_final = T.as_layers(params, variant, final_norm=False)
+    assert len(no_final.layers) == 3 and len(stack.layers) == 3 + (variant == "pre")
+    np.testing.assert_allclose(no_final.forward(X)[0],
+                               T.residual_stream(params, X, variant=variant)[-1], rtol=1e-12,
+                               atol=1e-13)
+
+
+def test_as_layers_float32_and_bad_input():
+    params = T.init_params(2, 4, heads=2, seed=0)
+    p32 = [{k: v if k == "heads" else v.astype(np.float32) for k, v in p.items()} for p in params]
+    X = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    Y = T.as_layers(p32, "pre").forward(X)[0]
+    assert Y.dtype == np.float32
+    np.testing.assert_allclose(Y, T.forward(p32, X, variant="pre"), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="variant must be"):
+        T.as_layers(params, "mid")
+    with pytest.raises(TypeError, match="final_norm"):
+        T.as_layers(params, "pre", final_norm=1)
+    with pytest.raises(ValueError, match=r"params\[0\]\['W_Q'\] must have no leading run axes"):
+        T.as_layers(T.stack_params([params, params]), "post")
+    with pytest.raises(ValueError, match="missing"):
+        T.as_layers([{k: v for k, v in params[0].items() if k != "W_1"}], "post")
+
+
+# ---------------------------------------------------------------------------
+# QK-norm
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", ["post", "pre"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_qk_norm_backward_matches_central_differences(variant, heads):
+    params = _generic_params(heads, d=6)
+    for p in params:
+        p["qk_norm"] = True
+    X = np.random.default_rng(4).standard_normal((2, 5, 6))
+    assert T.gradient_check(params, X, variant=variant) < 1e-7
+    grads, _ = T.backward(params, X, np.ones_like(X), variant=variant)
+    assert all(g["qk_norm"] is True for g in grads)
+
+
+def test_qk_norm_forward_matches_stabilised_attention_and_bounds_the_logits():
+    from lipattn.stabilisers import StabilisedAttention
+
+    params = _generic_params(2, d=6)
+    for p in params:
+        p["qk_norm"] = True
+    X = 30 * np.random.default_rng(5).standard_normal((5, 6))
+    H = T.attention_inputs(params, X, variant="post")
+    for p, h in zip(params, H, strict=True):
+        ref = StabilisedAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=2,
+                                  qk_norm="layer", qk_norm_eps=T.EPS)
+        out, cache = T._attn_fwd(h, p)
+        np.testing.assert_allclose(out, ref.forward(h)[0] + p["b_O"], atol=1e-12)
+        S = T._attn_logits(cache)
+        np.testing.assert_allclose(S, ref.logits(h), atol=1e-12)
+        assert np.abs(S).max() <= np.sqrt(3)         # |LN(q)| <= sqrt(d_h), d_h = 3
+
+
+def test_qk_norm_off_is_the_plain_layer_and_bad_flags_raise():
+    params = _generic_params(2, d=6)
+    X = np.random.default_rng(6).standard_normal((5, 6))
+    off = T.forward(params, X, variant="pre")
+    for p in params:
+        p["qk_norm"] = False
+    assert np.array_equal(T.forward(params, X, variant="pre"), off)
+    params[1]["qk_norm"] = "yes"
+    with pytest.raises(TypeError, match=r"params\[1\]\['qk_norm'\]"):
+        T.forward(params, X, variant="pre")
+    with pytest.raises(TypeError, match="qk_norm"):
+        T.init_params(1, 4, qk_norm=1)
+    a, b = T.init_params(1, 4, qk_norm=True), T.init_params(1, 4)
+    assert a[0]["qk_norm"] is True and "qk_norm" not in b[0]
+    with pytest.raises(ValueError, match="same qk_norm"):
+        T.stack_params([a, b])
+    assert T.stack_params([a, a])[0]["qk_norm"] is True
+    with pytest.raises(ValueError, match="qk_norm"):
+        T.as_layers(a, "pre")

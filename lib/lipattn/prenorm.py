@@ -310,17 +310,9 @@ def encoder_layer(p: dict, variant: str):
     lipattn.layers.Sequential
         Maps hidden states of shape (N, d) to (N, d).
     """
-    from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential
-    from .transformer import EPS, check_params
+    from .transformer import as_layers
     as_choice(variant, "variant", ("post", "pre"))
-    check_params([p], "p")
-    attn = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=int(p["heads"]),
-                              b_O=p["b_O"])
-    ffn = MLP(p["W_1"], p["b_1"], p["W_2"], p["b_2"], act="relu")
-    ln1, ln2 = (LayerNorm(p[f"ln{i}_g"], p[f"ln{i}_b"], EPS) for i in (1, 2))
-    if variant == "post":
-        return Sequential([Residual(attn), ln1, Residual(ffn), ln2])
-    return Sequential([Residual(Sequential([ln1, attn])), Residual(Sequential([ln2, ffn]))])
+    return as_layers([p], variant, final_norm=False).layers[0]
 
 
 @single_threaded

@@ -7,13 +7,16 @@ entering layer :math:`l`), so
 .. math:: \|J\|_2 \le \prod_{l=1}^L \|J_l\|_2 ,
 
 the "product of per-layer Lipschitz constants". This module measures both
-sides on the Post-LN and Pre-LN encoders of :mod:`lipattn.transformer`:
-the end-to-end local constant :math:`\|J\|_2`, estimated from a dense Jacobian
-by central differences of :func:`lipattn.transformer.forward` (all directions
-in one batched call; not exact: its error is that of the differences, about
-:math:`10^{-9}` relative on the audit's stacks), and the product of the layers'
-own local constants, estimated the same way. The 2-norms of those Jacobians are
-exact (dense SVD).
+sides on the Post-LN and Pre-LN encoders of :mod:`lipattn.transformer`, built
+from the library's layers (:func:`lipattn.transformer.as_layers`): the
+end-to-end local constant :math:`\|J\|_2` (:func:`stack_lipschitz`) and the
+layers' own local constants (:func:`layer_jacobian_norms`), each exact up to a
+relative tolerance (default :math:`10^{-10}`): Golub–Kahan–Lanczos
+(:func:`lipattn.jacobian_norm`) on the layers' closed-form Jacobian-vector
+products and their adjoints, with its convergence certificate. No finite
+differences and no dense Jacobian, so the size of X is not limited by memory;
+:func:`stack_jacobian` forms the dense Jacobian (exact, one jvp per column)
+for small X.
 
 Residual scaling :math:`X + \alpha\,\mathrm{branch}(X)` is
 :func:`scale_branches`: at initialisation the branches' output biases are 0,
@@ -32,11 +35,13 @@ from typing import Any
 import numpy as np
 
 from ._blas import single_threaded
-from ._validate import as_bool, as_choice, as_count, as_positive_float, as_real_array, as_step
-from .transformer import check_params, forward, init_params, residual_stream, stack_params
+from ._validate import as_bool, as_choice, as_count, as_positive_float, as_real_array
+from .lanczos import jacobian_norm
+from .layernorm import layer_norm_jacobian_norm
+from .transformer import as_layers, check_params, init_params
 
-__all__ = ["scale_branches", "stack_jacobian", "layer_jacobian_norms", "Sensitivity",
-           "input_sensitivity"]
+__all__ = ["scale_branches", "stack_lipschitz", "stack_jacobian", "layer_jacobian_norms",
+           "Sensitivity", "input_sensitivity"]
 
 _VARIANTS = ("post", "pre")
 
@@ -45,17 +50,8 @@ def _check_variant(variant: Any) -> str:
     return as_choice(variant, "variant", _VARIANTS)
 
 
-#: Largest N * d of the dense Jacobians: (N d)^2 entries, 2 N d forward passes.
+#: Largest N * d of the dense Jacobians of :func:`stack_jacobian`: (N d)^2 entries.
 MAX_JACOBIAN_SIDE = 2048
-
-
-def _check_point(X: Any, h: Any) -> tuple[np.ndarray, float]:
-    """X of shape (N, d) with N d <= MAX_JACOBIAN_SIDE, and a meaningful step h."""
-    X = as_real_array(X, "X", ndim=2, last_axis_min=2)
-    if X.size > MAX_JACOBIAN_SIDE:
-        raise ValueError(f"X must have N * d <= {MAX_JACOBIAN_SIDE} for a dense Jacobian "
-                         f"(memory grows as (N d)^2); got shape {X.shape}")
-    return X, as_step(h, "h", float(np.max(np.abs(X))))
 
 
 def scale_branches(params: Any, alpha: float) -> list[dict[str, Any]]:
@@ -82,90 +78,113 @@ def scale_branches(params: Any, alpha: float) -> list[dict[str, Any]]:
     return [p | {k: alpha * p[k] for k in ("W_O", "b_O", "W_2", "b_2")} for p in params]
 
 
-def _directions(N: int, d: int, h: float) -> np.ndarray:
-    """The 2 N d central-difference perturbations, shape (2 N d, N, d)."""
-    E = h * np.eye(N * d).reshape(N * d, N, d)
-    return np.concatenate([E, -E])
+def _run(params: Any, X: Any, variant: Any, final_norm: Any):
+    """The stack as layers, run on X: (layers, states, stream) with stream[l] the
+    input of element l of ``layers.layers`` and stream[-1] the output."""
+    variant = _check_variant(variant)
+    stack = as_layers(params, variant, final_norm=as_bool(final_norm, "final_norm"))
+    X = as_real_array(X, "X", ndim=2, last_axis_min=2)
+    if X.shape[1] != check_params(params):
+        raise ValueError(f"X must have shape (N, d) with d = {check_params(params)} to match "
+                         f"params; got shape {X.shape}")
+    states, stream = [], [X]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer in stack.layers:
+            H, st = layer.forward(stream[-1])
+            if not np.all(np.isfinite(H)):
+                raise ValueError("params and X must keep the hidden states finite; they "
+                                 f"overflow the {H.dtype} range (expected weights and inputs "
+                                 "of moderate size)")
+            states.append(st)
+            stream.append(H)
+    return stack, states, stream
 
 
-def _from_differences(Y: np.ndarray, h: float) -> np.ndarray:
-    """Dense Jacobian (out, in) from outputs at X + E and X - E, shape (2 n, ..., N, d)."""
-    n = Y.shape[0] // 2
-    diff = (Y[:n] - Y[n:]) / (2.0 * h)  # (n, ..., N, d)
-    return np.moveaxis(diff.reshape(n, *diff.shape[1:-2], -1), 0, -1)
+def _norm(layer, state, shape, tol) -> float:
+    return jacobian_norm(lambda E: layer.jvp(state, E), lambda G: layer.vjp(state, G), shape,
+                         tol=tol).value
 
 
-def stack_jacobian(params: Any, X: Any, *, variant: str, final_norm: bool = True,
-                   h: float = 1e-5) -> np.ndarray:
-    r"""Dense Jacobian of the stack's output with respect to its input.
+def stack_lipschitz(params: Any, X: Any, *, variant: str, final_norm: bool = True,
+                    tol: float = 1e-10) -> float:
+    r"""The exact local constant :math:`\|J\|_2 = \|DF(X)\|_2` of the whole stack.
 
-    Central differences in every one of the :math:`Nd` input directions, run as
-    one batch: an estimate, not the exact Jacobian. The truncation error is
-    :math:`O(h^2)` and the rounding error :math:`O(\epsilon/h)`; at the default
-    step, entries agree with a ten times smaller step to about :math:`10^{-9}`
-    relative on the audit's stacks (depth up to 48).
+    Golub–Kahan–Lanczos (:func:`lipattn.jacobian_norm`) on the jvp and vjp of
+    :func:`lipattn.transformer.as_layers`: exact up to the relative tolerance
+    ``tol`` (certified), or a :class:`~lipattn.lanczos.ConvergenceError`.
 
     Parameters
     ----------
     params : list of dict
         One model (no leading run axis).
     X : array_like, shape (N, d)
+        Finite.
     variant : {"post", "pre"}
     final_norm : bool, default True
         For ``"pre"``, whether to include the final LayerNorm (``False``: the
         residual stream after the last layer).
-    h : float
-        Step of the central differences: positive, and at least 1e-12 times the
-        largest entry of ``X`` (if that exceeds 1), or only rounding noise is left.
+    tol : float, default 1e-10
+
+    Returns
+    -------
+    float
+    """
+    stack, states, stream = _run(params, X, variant, final_norm)
+    return _norm(stack, states, stream[0].shape, tol)
+
+
+def stack_jacobian(params: Any, X: Any, *, variant: str, final_norm: bool = True) -> np.ndarray:
+    r"""Dense Jacobian of the stack's output with respect to its input.
+
+    Column k is the stack's jvp (:func:`lipattn.transformer.as_layers`) in the
+    k-th basis direction: exact up to rounding, :math:`Nd` products.
+
+    Parameters
+    ----------
+    params : list of dict
+        One model (no leading run axis).
+    X : array_like, shape (N, d)
+        With :math:`Nd \le` :data:`MAX_JACOBIAN_SIDE`.
+    variant : {"post", "pre"}
+    final_norm : bool, default True
+        As in :func:`stack_lipschitz`.
 
     Returns
     -------
     ndarray, shape (N d, N d)
         :math:`\partial\,\mathrm{vec}\,F(X)/\partial\,\mathrm{vec}\,X`, row-major ``vec``.
     """
-    check_params(params)
-    variant = _check_variant(variant)
-    final_norm = as_bool(final_norm, "final_norm")
-    X, h = _check_point(X, h)
-    Xb = X + _directions(*X.shape, h)
-    if variant == "pre" and not final_norm:
-        Y = residual_stream(params, Xb, variant=variant)[-1]
-    else:
-        Y = forward(params, Xb, variant=variant)
-    return _from_differences(Y, h)
+    stack, states, stream = _run(params, X, variant, final_norm)
+    X = stream[0]
+    if X.size > MAX_JACOBIAN_SIDE:
+        raise ValueError(f"X must have N * d <= {MAX_JACOBIAN_SIDE} for a dense Jacobian "
+                         f"(memory grows as (N d)^2); got shape {X.shape}")
+    eye = np.eye(X.size).reshape(X.size, *X.shape)
+    return np.stack([stack.jvp(states, e).ravel() for e in eye], axis=1)
 
 
-def layer_jacobian_norms(params: Any, X: Any, *, variant: str, h: float = 1e-5) -> np.ndarray:
+def layer_jacobian_norms(params: Any, X: Any, *, variant: str,
+                         tol: float = 1e-10) -> np.ndarray:
     r"""Each layer's local constant :math:`\|J_l\|_2` along the stack's own states.
 
-    Layer :math:`l` is evaluated at the state entering it (``residual_stream``);
-    for Pre-LN the final LayerNorm is not part of any layer. All layers run as
-    one batch (a leading run axis).
+    Layer :math:`l` is evaluated at the state entering it; for Pre-LN the final
+    LayerNorm is not part of any layer. Exact up to the relative tolerance
+    ``tol``, as :func:`stack_lipschitz`.
 
     Parameters
     ----------
     params : list of dict
     X : array_like, shape (N, d)
     variant : {"post", "pre"}
-    h : float
-        Step of the central differences, as in :func:`stack_jacobian`.
+    tol : float, default 1e-10
 
     Returns
     -------
     ndarray, shape (L,)
     """
-    check_params(params)
-    variant = _check_variant(variant)
-    X, h = _check_point(X, h)
-    if len(params) * X.size > 8 * MAX_JACOBIAN_SIDE:
-        raise ValueError(f"params and X must have layers * N * d <= {8 * MAX_JACOBIAN_SIDE} "
-                         f"(memory); got {len(params)} layers and X of shape {X.shape}")
-    states = np.stack(residual_stream(params, X, variant=variant)[:-1])  # (L, N, d)
-    layers = stack_params([[p] for p in params], batch_axes=1)
-    Xb = states[:, None] + _directions(*X.shape, h)[None]  # (L, 2Nd, N, d)
-    Y = residual_stream(layers, Xb, variant=variant)[-1]
-    J = _from_differences(np.moveaxis(Y, 1, 0), h)  # (L, Nd, Nd)
-    return np.linalg.norm(J, 2, axis=(-2, -1))
+    stack, states, stream = _run(params, X, variant, False)
+    return np.array([_norm(layer, st, stream[0].shape, tol)
+                     for layer, st in zip(stack.layers, states, strict=True)])
 
 
 @dataclass(frozen=True)
@@ -176,8 +195,8 @@ class Sensitivity:
     ----------
     depths : ndarray, shape (D,)
     end_to_end : ndarray, shape (D, seeds)
-        :math:`\|J\|_2` of the whole stack (with Pre-LN's final LayerNorm), from
-        the central-difference Jacobian of :func:`stack_jacobian`.
+        :math:`\|J\|_2` of the whole stack (with Pre-LN's final LayerNorm), exact
+        up to a relative 1e-10 (:func:`stack_lipschitz`).
     relative : ndarray, shape (D, seeds)
         :math:`\|J\|_2\,\|X\|_F/\|F(X)\|_F`: the worst amplification of a
         *relative* input error into a relative output error.
@@ -185,7 +204,8 @@ class Sensitivity:
         :math:`\prod_l \|J_l\|_2` (times the final LayerNorm's norm for Pre-LN,
         so that it bounds ``end_to_end``).
     layer_norms : ndarray, shape (seeds, max(depths))
-        The per-layer :math:`\|J_l\|_2` of the deepest stack.
+        The per-layer :math:`\|J_l\|_2` of the deepest stack (exact, as
+        :func:`layer_jacobian_norms`).
     """
 
     variant: str
@@ -204,7 +224,9 @@ def input_sensitivity(depths: Any, d: int = 16, *, variant: str, seeds: int = 3,
 
     Models are :func:`lipattn.transformer.init_params` with seeds
     ``0, ..., seeds - 1`` (branches scaled by ``alpha``); inputs have i.i.d.
-    :math:`N(0, 1)` entries.
+    :math:`N(0, 1)` entries. Every constant is exact up to a relative
+    :math:`10^{-10}` (:func:`stack_lipschitz`, :func:`layer_jacobian_norms`; the
+    final LayerNorm's in closed form).
 
     Parameters
     ----------
@@ -223,19 +245,14 @@ def input_sensitivity(depths: Any, d: int = 16, *, variant: str, seeds: int = 3,
     -------
     Sensitivity
     """
-    from .layernorm import layer_norm_jacobian_norm
-
     variant = _check_variant(variant)
     if isinstance(depths, (str, bytes)) or np.ndim(depths) > 1 or np.size(depths) == 0:
         raise TypeError(f"depths must be an int or a non-empty sequence of ints; got {depths!r}")
     depths = np.array([as_count(L, f"depths[{i}]", 1, 1000)
                        for i, L in enumerate(np.atleast_1d(depths).tolist())])
-    d = as_count(d, "d", 3, MAX_JACOBIAN_SIDE)
+    d = as_count(d, "d", 3, 4096)
     seeds = as_count(seeds, "seeds", 1, 10**4)
-    n_tokens = as_count(n_tokens, "n_tokens", 1, MAX_JACOBIAN_SIDE)
-    if d * n_tokens > MAX_JACOBIAN_SIDE:
-        raise ValueError(f"d * n_tokens must be at most {MAX_JACOBIAN_SIDE} (dense Jacobians); "
-                         f"got d = {d}, n_tokens = {n_tokens}")
+    n_tokens = as_count(n_tokens, "n_tokens", 1, 4096)
     alpha = as_positive_float(alpha, "alpha")
     shape = (depths.size, seeds)
     e2e, rel, prod = np.zeros(shape), np.zeros(shape), np.zeros(shape)
@@ -244,14 +261,14 @@ def input_sensitivity(depths: Any, d: int = 16, *, variant: str, seeds: int = 3,
         for s in range(seeds):
             params = scale_branches(init_params(int(L), d, seed=s), alpha)
             X = np.random.default_rng([int(L), d, s]).standard_normal((n_tokens, d))
-            e2e[i, s] = np.linalg.norm(stack_jacobian(params, X, variant=variant), 2)
-            rel[i, s] = e2e[i, s] * np.linalg.norm(X) / np.linalg.norm(
-                forward(params, X, variant=variant))
-            norms = layer_jacobian_norms(params, X, variant=variant)
+            stack, states, stream = _run(params, X, variant, True)
+            e2e[i, s] = _norm(stack, states, X.shape, 1e-10)
+            rel[i, s] = e2e[i, s] * np.linalg.norm(X) / np.linalg.norm(stream[-1])
+            norms = np.array([_norm(stack.layers[l_], states[l_], X.shape, 1e-10)
+                              for l_ in range(int(L))])
             final = 1.0
-            if variant == "pre":  # the final LayerNorm acts token by token
-                last = residual_stream(params, X, variant=variant)[-1]
-                final = float(layer_norm_jacobian_norm(last).max())
+            if variant == "pre":  # the final LayerNorm acts token by token (closed form)
+                final = float(layer_norm_jacobian_norm(stream[int(L)]).max())
             prod[i, s] = np.prod(norms) * final
             if L == depths.max():
                 layer_norms[s] = norms

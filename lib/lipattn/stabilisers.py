@@ -1,8 +1,9 @@
 r"""Attention with the stabilisers of modern recipes: QK-norm, logit soft-capping, 1/d scaling.
 
 One layer, :class:`StabilisedAttention`, built from the pieces of
-:mod:`lipattn.layers` (the norms' forward/jvp/vjp and
-:func:`~lipattn.layers.softmax_jvp`). Tokens are rows, ``X`` of shape (N, d);
+:mod:`lipattn.layers`: the norms' forward/jvp/vjp around the attention core
+(:func:`~lipattn.layers.attention_core` with its scale and soft-cap, and its
+jvp and vjp). Tokens are rows, ``X`` of shape (N, d);
 with ``h`` heads of size ``d_h``,
 
 .. math::
@@ -46,8 +47,15 @@ import numpy as np
 from ._validate import as_positive_float, as_real_array
 from .attention import as_mask
 from .lanczos import LipschitzEstimate
-from .layers import LayerNorm, RMSNorm, layer_lipschitz, softmax_jvp
-from .softmax import softmax
+from .layers import (
+    LayerNorm,
+    RMSNorm,
+    attention_core,
+    attention_core_jvp,
+    attention_core_vjp,
+    attention_logits,
+    layer_lipschitz,
+)
 
 __all__ = ["StabilisedAttention", "stabilised_lipschitz", "sigma_reparam", "qk_norm_ball_bound",
            "qk_norm_two_sided_lower"]
@@ -163,58 +171,53 @@ class StabilisedAttention:
             return self._norm.vjp(st, self._merge(G))
         return self._merge(self._norm.vjp(st, G.reshape(-1, G.shape[-1])).reshape(G.shape))
 
-    # -- the layer protocol ---------------------------------------------------
-    def logits(self, X: Any) -> np.ndarray:
-        """The capped logits T before masking, shape (h, N, N)."""
-        return self.forward(X)[1][4]
+    _OVERFLOW = "X and W_Q, W_K give attention logits that overflow; expected logits of finite size"
 
-    def forward(self, X: Any):
-        """Output (N, d_out) and the state its products reuse."""
+    def _heads(self, X: Any):
+        """X validated -> its mask, the heads Q, K (normalised), V (h, N, k), the norms' states."""
         X = as_real_array(X, "X", ndim=2)
         if X.shape[1] != self.W_Q.shape[0]:
             raise ValueError(f"X must have {self.W_Q.shape[0]} columns (the rows of W_Q); "
                              f"got shape {X.shape}")
-        mask = as_mask(self.mask, X.shape[0])
         Q, st_q = self._qk(X @ self.W_Q)
         K, st_k = self._qk(X @ self.W_K)
-        V = self._split(X @ self.W_V)
-        with np.errstate(over="ignore", invalid="ignore"):
-            S = self.c_s * (Q @ K.transpose(0, 2, 1))
-        if not np.all(np.isfinite(S)):
-            raise ValueError("X and W_Q, W_K give attention logits that overflow; "
-                             "expected logits of finite size")
-        T = S if self.softcap is None else self.softcap * np.tanh(S / self.softcap)
-        P = softmax(T if mask is None else np.where(mask, T, -np.inf), axis=-1)
-        out = self._merge(P @ V)
-        if self.W_O is not None:
-            out = out @ self.W_O
-        return out, (Q, K, V, P, T, st_q, st_k)
+        return as_mask(self.mask, X.shape[0]), Q, K, self._split(X @ self.W_V), st_q, st_k
 
-    def _cap_factor(self, T: np.ndarray):
-        return None if self.softcap is None else 1.0 - (T / self.softcap) ** 2
+    # -- the layer protocol ---------------------------------------------------
+    def logits(self, X: Any) -> np.ndarray:
+        """The capped logits T before masking, shape (h, N, N)."""
+        _, Q, K, _, _, _ = self._heads(X)
+        return attention_logits(Q, K, scale=self.c_s, softcap=self.softcap,
+                                overflow=self._OVERFLOW)
+
+    def forward(self, X: Any):
+        """Output (N, d_out) and the state its products reuse.
+
+        The state is ``(core, st_q, st_k)``: ``core`` the
+        :class:`~lipattn.layers.CoreState` of the attention core (``core.P``
+        the attention matrices, shape (h, N, N)), ``st_q`` and ``st_k`` the
+        QK-norms' states (None without QK-norm).
+        """
+        mask, Q, K, V, st_q, st_k = self._heads(X)
+        heads, core = attention_core(Q, K, V, mask=mask, scale=self.c_s, softcap=self.softcap,
+                                     overflow=self._OVERFLOW)
+        out = self._merge(heads)
+        return (out if self.W_O is None else out @ self.W_O), (core, st_q, st_k)
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
         """Df(X)[E], (N, d) -> (N, d_out)."""
-        Q, K, V, P, T, st_q, st_k = state
+        core, st_q, st_k = state
         dQ, dK = self._qk_jvp(st_q, E @ self.W_Q), self._qk_jvp(st_k, E @ self.W_K)
-        dV = self._split(E @ self.W_V)
-        dS = self.c_s * (dQ @ K.transpose(0, 2, 1) + Q @ dK.transpose(0, 2, 1))
-        cap = self._cap_factor(T)
-        dT = dS if cap is None else cap * dS
-        dO = self._merge(softmax_jvp(P, dT) @ V + P @ dV)
+        dO = self._merge(attention_core_jvp(core, dQ, dK, self._split(E @ self.W_V)))
         return dO if self.W_O is None else dO @ self.W_O
 
     def vjp(self, state, G: np.ndarray) -> np.ndarray:
         """Df(X)^T[G], (N, d_out) -> (N, d)."""
-        Q, K, V, P, T, st_q, st_k = state
+        core, st_q, st_k = state
         dO = self._split(G if self.W_O is None else G @ self.W_O.T)
-        dV = P.transpose(0, 2, 1) @ dO
-        dT = softmax_jvp(P, dO @ V.transpose(0, 2, 1))
-        cap = self._cap_factor(T)
-        dS = self.c_s * (dT if cap is None else cap * dT)
-        dQ = self._qk_vjp(st_q, dS @ K)
-        dK = self._qk_vjp(st_k, dS.transpose(0, 2, 1) @ Q)
-        return dQ @ self.W_Q.T + dK @ self.W_K.T + self._merge(dV) @ self.W_V.T
+        dQ, dK, dV = attention_core_vjp(core, dO)
+        return (self._qk_vjp(st_q, dQ) @ self.W_Q.T + self._qk_vjp(st_k, dK) @ self.W_K.T
+                + self._merge(dV) @ self.W_V.T)
 
 
 def stabilised_lipschitz(layer: StabilisedAttention, X: Any, *,

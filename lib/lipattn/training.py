@@ -34,7 +34,9 @@ from .softmax import softmax
 from .transformer import (
     MATRICES,
     PARAM_NAMES,
+    SETTINGS,
     VARIANTS,
+    _attn_logits,
     _backward,
     _forward,
     init_params,
@@ -74,6 +76,15 @@ class TrainResult:
         The final parameters: ``"blocks"`` (encoder params with the run axis
         and a batch axis), ``"embed"`` (R, vocab, d), ``"pos"`` (R, n_tokens, d),
         ``"unembed"`` (R, d, vocab). :meth:`run` extracts one run.
+    max_logit : ndarray, shape (R, len(logit_steps), layers)
+        The largest attention logit (over the batch, the heads, the queries and
+        the keys) of each layer at the steps ``logit_steps``, before that step's
+        update; exact for the float32 forward pass the step used.
+    logit_steps : ndarray of int, shape (n,)
+        The steps at which ``max_logit`` was recorded (every ``logit_every``-th).
+    snapshots : dict
+        Step t -> the parameters after t updates, laid out as ``model``, for
+        every t in ``keep_at``.
     """
 
     variant: str
@@ -86,19 +97,30 @@ class TrainResult:
     update: np.ndarray
     model: dict[str, Any]
     grad_total: np.ndarray | None = None
+    max_logit: np.ndarray | None = None
+    logit_steps: np.ndarray | None = None
+    snapshots: dict[int, dict[str, Any]] | None = None
 
-    def run(self, i: int) -> dict[str, Any]:
+    def run(self, i: int, at: int | None = None) -> dict[str, Any]:
         """Run ``i``'s trained model, without run axes: ``{"blocks", "embed",
         "pos", "unembed", "variant"}``; ``blocks`` is a params list for
-        :func:`lipattn.transformer.forward`."""
+        :func:`lipattn.transformer.forward`. ``at``: a step of ``snapshots``
+        (default None: the final model)."""
         R = self.lr.size
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -R <= i < R:
             raise ValueError(f"i must be an int in [-{R}, {R - 1}]; got {i!r}")
-        blocks = [{k: v if k == "heads" else
+        if at is None:
+            model = self.model
+        elif at in (self.snapshots or {}):
+            model = self.snapshots[at]
+        else:
+            raise ValueError(f"at must be None or one of the snapshot steps "
+                             f"{sorted(self.snapshots or {})}; got {at!r}")
+        blocks = [{k: v if k in SETTINGS else
                    v[i].reshape(v.shape[-2:] if k.startswith("W_") else (-1,))
-                   for k, v in p.items()} for p in self.model["blocks"]]
-        return {"blocks": blocks, "embed": self.model["embed"][i],
-                "pos": self.model["pos"][i], "unembed": self.model["unembed"][i],
+                   for k, v in p.items()} for p in model["blocks"]]
+        return {"blocks": blocks, "embed": model["embed"][i],
+                "pos": model["pos"][i], "unembed": model["unembed"][i],
                 "variant": self.variant}
 
 
@@ -123,12 +145,12 @@ def reversal_batch(rng: np.random.Generator, batch: int, n_tokens: int, vocab: i
 
 
 def init_model(layers: int, d: int, vocab: int, n_tokens: int, *, heads: int = 1,
-               seed: int = 0) -> dict[str, Any]:
+               seed: int = 0, qk_norm: bool = False) -> dict[str, Any]:
     r"""A fresh model: encoder (:func:`~lipattn.transformer.init_params`), token and
     position embeddings with i.i.d. :math:`N(0, 1/2)` entries (so their sum has
     unit variance), and a Xavier-uniform unembedding (d, vocab).
 
-    ``layers``, ``d``, ``heads`` and ``seed`` (an int >= 0) as in
+    ``layers``, ``d``, ``heads``, ``seed`` (an int >= 0) and ``qk_norm`` as in
     :func:`~lipattn.transformer.init_params`; ``vocab >= 2``, ``n_tokens >= 1``,
     with at most 1e8 embedding entries."""
     vocab = as_count(vocab, "vocab", 2)
@@ -140,7 +162,7 @@ def init_model(layers: int, d: int, vocab: int, n_tokens: int, *, heads: int = 1
                          f"vocab = {vocab}, n_tokens = {n_tokens}, d = {d}")
     rng = np.random.default_rng([seed, 1])
     a = math.sqrt(6.0 / (d + vocab))
-    return {"blocks": init_params(layers, d, heads=heads, seed=seed),
+    return {"blocks": init_params(layers, d, heads=heads, seed=seed, qk_norm=qk_norm),
             "embed": rng.normal(0, math.sqrt(0.5), (vocab, d)),
             "pos": rng.normal(0, math.sqrt(0.5), (n_tokens, d)),
             "unembed": rng.uniform(-a, a, (d, vocab))}
@@ -193,7 +215,9 @@ def _as_runs(name: str, value: Any, R: int) -> np.ndarray:
 def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int = 6,
                    d: int = 32, heads: int = 1, vocab: int = 16, n_tokens: int = 8,
                    batch: int = 32, steps: int = 300, betas: tuple[float, float] = (0.9, 0.98),
-                   record: int = 5, step_hook: Callable | None = None) -> TrainResult:
+                   record: int = 5, step_hook: Callable | None = None,
+                   qk_norm: bool = False, logit_every: int = 10,
+                   keep_at: tuple[int, ...] = ()) -> TrainResult:
     """Train R models of one variant on reversal, vectorised over runs.
 
     Parameters
@@ -221,6 +245,14 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         batch axis of length 1); the hook may change it in place (scale it, zero it) and returns
         None. Adam's moments are not touched. Default None: no call, and results
         bit-identical to a run without this argument.
+    qk_norm : bool, default False
+        Normalise every head's queries and keys (:mod:`lipattn.transformer`).
+    logit_every : int, default 10
+        Record each layer's largest attention logit at steps 0, logit_every, ...
+        (read-only: the training is the same for every value).
+    keep_at : tuple of int, default ()
+        Steps t in [0, steps] after whose t-th update to keep a copy of the
+        parameters (``snapshots``).
 
     Returns
     -------
@@ -246,6 +278,14 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     if not np.all(np.isfinite(seeds)) or np.any(seeds < 0) or np.any(seeds != np.round(seeds)) \
             or np.any(seeds >= 2**63):
         raise ValueError(f"seed must be non-negative integers; got {seed!r}")
+    logit_every = as_count(logit_every, "logit_every", 1)
+    if not isinstance(qk_norm, (bool, np.bool_)):
+        raise TypeError(f"qk_norm must be a bool; got {type(qk_norm).__name__}")
+    if not isinstance(keep_at, (tuple, list)) or not all(
+            isinstance(t, (int, np.integer)) and not isinstance(t, bool) and 0 <= t <= steps
+            for t in keep_at):
+        raise ValueError(f"keep_at must be a tuple of ints in [0, steps = {steps}]; "
+                         f"got {keep_at!r}")
     if step_hook is not None and not callable(step_hook):
         raise TypeError(f"step_hook must be callable or None; got {type(step_hook).__name__}")
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
@@ -257,7 +297,8 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
                          "most 1e9 (memory of the activations)")
     f32 = np.float32
 
-    models = [init_model(layers, d, vocab, n_tokens, heads=heads, seed=int(s)) for s in seeds]
+    models = [init_model(layers, d, vocab, n_tokens, heads=heads, seed=int(s), qk_norm=qk_norm)
+              for s in seeds]
     blocks = stack_params([m["blocks"] for m in models], batch_axes=1)
     init = {("blocks", l_, k): blocks[l_][k] for l_ in range(layers) for k in PARAM_NAMES}
     for k in ("embed", "pos", "unembed"):
@@ -281,20 +322,33 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     rngs = {s: np.random.default_rng([s, 2]) for s in uniq}
     runs_of = np.array([uniq.index(int(s)) for s in seeds])
     r_idx = np.arange(R)[:, None, None]
-    params = [{"heads": heads} | {k: theta[("blocks", l_, k)] for k in PARAM_NAMES}
+    flags = {"heads": heads} | ({"qk_norm": True} if qk_norm else {})
+    params = [flags | {k: theta[("blocks", l_, k)] for k in PARAM_NAMES}
               for l_ in range(layers)]
+
+    def copy_model():
+        return {"blocks": [flags | {k: theta[("blocks", l_, k)].copy() for k in PARAM_NAMES}
+                           for l_ in range(layers)],
+                **{k: theta[(k,)].copy() for k in ("embed", "pos", "unembed")}}
 
     loss = np.zeros((R, steps))
     div = np.zeros((R, steps))
     gnorm = np.zeros((R, layers, len(MATRICES)))
     upd = np.zeros((R, record, layers, len(MATRICES)))
     gtot = np.zeros((R, steps))
+    logit_steps = np.arange(0, steps, logit_every)
+    max_logit = np.zeros((R, logit_steps.size, layers))
+    snapshots = {0: copy_model()} if 0 in keep_at else {}
     for t in range(steps):
         data = [reversal_batch(rngs[s], batch, n_tokens, vocab) for s in uniq]
         tok = np.stack([data[j][0] for j in runs_of])
         tgt = np.stack([data[j][1] for j in runs_of])
         X = theta[("embed",)][r_idx, tok] + theta[("pos",)][:, None]
         out, caches, _ = _forward(params, X, variant)
+        if t % logit_every == 0:  # read-only: recomputed from the cache
+            for l_ in range(layers):
+                S = _attn_logits(caches[0][l_][0])
+                max_logit[:, t // logit_every, l_] = S.reshape(R, -1).max(axis=1)
         logits = out @ theta[("unembed",)][:, None]
         P = softmax(logits, axis=-1)
         onehot = np.zeros_like(P)
@@ -339,12 +393,10 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
                     upd[:, t, l_, j] = (np.linalg.norm(step[:, sl], axis=1)
                                         / np.linalg.norm(flat[:, sl], axis=1))
         flat -= step
-    final_blocks = [{"heads": heads} | {k: theta[("blocks", l_, k)].copy()
-                                        for k in PARAM_NAMES} for l_ in range(layers)]
-    model = {"blocks": final_blocks, "embed": theta[("embed",)].copy(),
-             "pos": theta[("pos",)].copy(), "unembed": theta[("unembed",)].copy()}
+        if t + 1 in keep_at:
+            snapshots[t + 1] = copy_model()
     return TrainResult(variant, lrs, warm.astype(int), seeds.astype(int), loss, div,
-                       gnorm, upd, model, gtot)
+                       gnorm, upd, copy_model(), gtot, max_logit, logit_steps, snapshots)
 
 
 def train_model(variant: str = "pre", *, lr: float = 3e-3, warmup: int = 0, seed: int = 0,

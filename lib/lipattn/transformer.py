@@ -7,10 +7,18 @@ states of a sequence are :math:`X \in \mathbb R^{N \times d}`. One layer is
   H W_Q^{(h)} (H W_K^{(h)})^\top/\sqrt{d_h}\bigr)` (rows; bidirectional, no
   mask), :math:`A = [P_1 H W_V^{(1)}, \dots] W_O + b_O`, where the head
   blocks :math:`W_Q^{(h)}` are consecutive column blocks of width
-  :math:`d_h = d/\text{heads}`;
+  :math:`d_h = d/\text{heads}` (scores, softmax and :math:`P V`, and their
+  derivatives with respect to Q, K, V, are
+  :func:`lipattn.layers.attention.attention_core` and its vjp, shared with
+  :class:`~lipattn.layers.MultiHeadAttention`; this module adds the projections
+  and the weight gradients);
 - *FFN*: :math:`F = \operatorname{relu}(H W_1 + b_1) W_2 + b_2`;
 - *LayerNorm* with gain and bias, :math:`\mathrm{LN}_{g,b}(x) = g \odot
-  \mathrm{LN}(x) + b` (:mod:`lipattn.layernorm`, :math:`\varepsilon = 10^{-5}`).
+  \mathrm{LN}(x) + b` (:mod:`lipattn.layernorm`, :math:`\varepsilon = 10^{-5}`);
+- optionally *QK-norm* (a layer's ``"qk_norm": True``): every head's query and
+  key rows are replaced by :math:`\mathrm{LN}(q)`, :math:`\mathrm{LN}(k)` over
+  their :math:`d_h` entries (unit gain, no bias, the same :math:`\varepsilon`)
+  before the scores, so that every logit is at most :math:`\sqrt{d_h}` in size.
 
 The two variants (:cite:t:`xiong2020layer`):
 
@@ -21,7 +29,8 @@ The two variants (:cite:t:`xiong2020layer`):
   LayerNorm *without* gain or bias.
 
 Parameters are a list with one dict per layer, holding the arrays named in
-:data:`PARAM_NAMES` and the int ``"heads"``. Every array may carry extra
+:data:`PARAM_NAMES`, the int ``"heads"`` and optionally the bool ``"qk_norm"``
+(absent: False). Every array may carry extra
 leading axes that broadcast against the batch axes of ``X`` (numpy matmul
 rules): weights of shape ``(R, 1, d, d)`` and ``X`` of shape ``(R, B, N, d)``
 run ``R`` independent models on ``B`` sequences each, which is how
@@ -38,12 +47,12 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_choice, as_count, as_real_array, as_seed, as_step
+from ._validate import as_bool, as_choice, as_count, as_real_array, as_seed, as_step
 from .collapse import relative_residual
 from .layernorm import _ln, _ln_plain_bwd
-from .softmax import softmax
+from .layers.attention import attention_core, attention_core_vjp
 
-__all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward",
+__all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward", "as_layers",
            "residual_stream", "attention_inputs", "token_diversity", "check_params", "stack_params",
            "gradient_check"]
 
@@ -56,10 +65,12 @@ PARAM_NAMES = ("W_Q", "W_K", "W_V", "W_O", "b_O", "W_1", "b_1", "W_2", "b_2",
 MATRICES = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2")
 VARIANTS = ("post", "pre")
 EPS = 1e-5
+#: The entries of a layer's dict that are settings, not arrays.
+SETTINGS = ("heads", "qk_norm")
 
 
 def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
-                seed: int = 0) -> list[dict[str, Any]]:
+                seed: int = 0, qk_norm: bool = False) -> list[dict[str, Any]]:
     r"""Xavier-uniform weights, zero biases, unit LayerNorm gains.
 
     Parameters
@@ -74,6 +85,9 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
         Hidden width of the FFN; defaults to ``4 * d``.
     seed : int, default 0
         Seed of ``np.random.default_rng`` (an int >= 0).
+    qk_norm : bool, default False
+        Normalise each head's queries and keys (module docstring); stored as
+        ``"qk_norm"`` in every layer's dict when True. The weights do not depend on it.
 
     The model must fit in memory: at most 1e8 weights in all.
 
@@ -92,6 +106,8 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
     if d % heads:
         raise ValueError(f"heads must divide d = {d}; got heads = {heads}")
     d_ff = 4 * d if d_ff is None else as_count(d_ff, "d_ff", 1)
+    if not isinstance(qk_norm, (bool, np.bool_)):
+        raise TypeError(f"qk_norm must be a bool; got {type(qk_norm).__name__}")
     if layers * d * (4 * d + 2 * d_ff) > 10**8:
         raise ValueError(f"layers, d, d_ff must give at most 1e8 weights (memory); got "
                          f"layers = {layers}, d = {d}, d_ff = {d_ff}")
@@ -108,6 +124,8 @@ def init_params(layers: int, d: int, *, heads: int = 1, d_ff: int | None = None,
               "W_2": xavier(d_ff, d), "b_2": np.zeros(d),
               "ln1_g": np.ones(d), "ln1_b": np.zeros(d),
               "ln2_g": np.ones(d), "ln2_b": np.zeros(d), "heads": heads}
+        if qk_norm:
+            p["qk_norm"] = True
         params.append(p)
     return params
 
@@ -139,6 +157,9 @@ def check_params(params: Any, name: str = "params") -> int:
                 or d % heads:
             raise ValueError(f"{name}[{i}]['heads'] must be a positive int dividing d = {d}; "
                              f"got {heads!r}")
+        if not isinstance(p.get("qk_norm", False), (bool, np.bool_)):
+            raise TypeError(f"{name}[{i}]['qk_norm'] must be a bool; got "
+                            f"{type(p['qk_norm']).__name__}")
         d_ff = np.shape(p["W_1"])[-1]
         want = {"W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d), "b_O": (d,),
                 "W_1": (d, d_ff), "b_1": (d_ff,), "W_2": (d_ff, d), "b_2": (d,),
@@ -228,30 +249,36 @@ def _ln_bwd(dout, cache, grads, gk, bk):
 
 def _attn_fwd(H, p):
     heads = int(p["heads"])
-    Q, K, V = (_split(_linear(H, p[k]), heads) for k in ("W_Q", "W_K", "W_V"))
-    with np.errstate(over="ignore", invalid="ignore"):
-        S = (Q @ np.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(Q.shape[-1]))
-    if not np.all(np.isfinite(S)):
-        raise ValueError(f"params and X must keep the attention logits finite; they overflow "
-                         f"the {S.dtype} range (X or the hidden states are too large for this "
-                         "variant; only Pre-LN normalises them before attention)")
-    P = softmax(S, axis=-1).astype(H.dtype, copy=False)
-    A = _merge(P @ V)
-    return _linear(A, p["W_O"]) + p["b_O"], (H, Q, K, V, P, A)
+    Q = _split(_linear(H, p["W_Q"]), heads)
+    K = _split(_linear(H, p["W_K"]), heads)
+    V = _split(_linear(H, p["W_V"]), heads)
+    qk = None
+    if p.get("qk_norm", False):  # LayerNorm over each head's d_h entries
+        (Q, inv_q), (K, inv_k) = _ln(Q, EPS), _ln(K, EPS)
+        qk = (inv_q, inv_k)
+    Z, core = attention_core(
+        Q, K, V, overflow="params and X must keep the attention logits finite; they overflow "
+        f"the {np.result_type(Q, K)} range (X or the hidden states are too large for this "
+        "variant; only Pre-LN normalises them before attention)")
+    A = _merge(Z)
+    return _linear(A, p["W_O"]) + p["b_O"], (H, core, A, qk)
+
+
+def _attn_logits(cache):
+    """The logits S (..., heads, N, N) of a forward pass, recomputed from its cache."""
+    core = cache[1]
+    return (core.Q @ np.swapaxes(core.K, -1, -2)) * core.scale
 
 
 def _attn_bwd(dout, cache, p, grads):
-    from .layers.attention import softmax_jvp  # the one softmax derivative (import cycle)
-
-    H, Q, K, V, P, A = cache
+    H, core, A, qk = cache
     heads = int(p["heads"])
     grads["W_O"] = _wgrad(A, dout, np.shape(p["W_O"]))
     grads["b_O"] = _reduce_to(dout, np.shape(p["b_O"]))
     dA = _split(_linear(dout, np.swapaxes(p["W_O"], -1, -2)), heads)
-    dP = dA @ np.swapaxes(V, -1, -2)
-    dV = np.swapaxes(P, -1, -2) @ dA
-    dS = softmax_jvp(P, dP) * (1.0 / math.sqrt(Q.shape[-1]))
-    dQ, dK = dS @ K, np.swapaxes(dS, -1, -2) @ Q
+    dQ, dK, dV = attention_core_vjp(core, dA)
+    if qk is not None:  # through the per-head LayerNorms (core.Q, core.K are their outputs)
+        dQ, dK = _ln_plain_bwd(dQ, core.Q, qk[0]), _ln_plain_bwd(dK, core.K, qk[1])
     dH = 0.0
     for k, dZ in (("W_Q", dQ), ("W_K", dK), ("W_V", dV)):
         dZ = _merge(dZ)
@@ -338,7 +365,7 @@ def _backward(params, caches, grad_out, variant):
         else:
             dX1 = dX + _ln_bwd(_ffn_bwd(dX, cf, p, g), cl2, g, "ln2_g", "ln2_b")
             dX = dX1 + _ln_bwd(_attn_bwd(dX1, ca, p, g), cl1, g, "ln1_g", "ln1_b")
-        g["heads"] = p["heads"]
+        g |= {k: p[k] for k in SETTINGS if k in p}
         dstream.append(dX)
     return grads, dX, dstream[::-1]
 
@@ -392,7 +419,7 @@ def backward(params: Any, X: Any, grad_out: Any, *, variant: str
     -------
     grads : list of dict
         :math:`\partial\ell/\partial\theta` with the keys and shapes of ``params``
-        (``"heads"`` copied).
+        (``"heads"`` and ``"qk_norm"`` copied).
     grad_X : ndarray, shape (..., N, d)
         :math:`\partial\ell/\partial X`.
     """
@@ -405,6 +432,70 @@ def backward(params: Any, X: Any, grad_out: Any, *, variant: str
         grads, gX = _backward(params, caches, G.astype(X.dtype, copy=False), variant)[:2]
     _finite([gX, *(g[k] for g in grads for k in PARAM_NAMES)], "gradients")
     return grads, gX
+
+
+def as_layers(params: Any, variant: str, *, final_norm: bool = True) -> Any:
+    r"""The encoder as a :class:`lipattn.layers.Sequential` of the library's layers.
+
+    Layer l is a :class:`~lipattn.layers.Sequential` of
+    :class:`~lipattn.layers.Residual`, :class:`~lipattn.layers.LayerNorm`,
+    :class:`~lipattn.layers.MultiHeadAttention` (bidirectional, ``heads`` heads,
+    output bias ``b_O``) and :class:`~lipattn.layers.MLP` (ReLU):
+
+    - ``"post"``: ``[Residual(attention), LN_1, Residual(FFN), LN_2]``;
+    - ``"pre"``: ``[Residual(Sequential([LN_1, attention])),
+      Residual(Sequential([LN_2, FFN]))]``.
+
+    So ``as_layers(params, variant).forward(X)[0]`` is :func:`forward` (up to
+    rounding: the layers' LayerNorm takes its statistics on rescaled rows), and
+    the layers' jvp and vjp are the encoder's exact Jacobian products with
+    respect to X (no parameter gradients: those are :func:`backward`'s).
+
+    Parameters
+    ----------
+    params : list of dict
+        One model from :func:`init_params`: matrices (d, d), (d, d_ff),
+        (d_ff, d) and vectors, without leading run axes.
+    variant : {"post", "pre"}
+    final_norm : bool, default True
+        For ``"pre"``, append the final LayerNorm (no gain or bias) as the last
+        element; ``False`` ends at the residual stream. Ignored for ``"post"``.
+
+    Returns
+    -------
+    Sequential
+        ``.layers`` holds the L layers in order, then (``"pre"``,
+        ``final_norm``) the final LayerNorm. Float64 unless the parameters are
+        float32 arrays (then the layers compute in float32).
+    """
+    from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential
+
+    as_choice(variant, "variant", VARIANTS)
+    final_norm = as_bool(final_norm, "final_norm")
+    d = check_params(params)
+    for i, p in enumerate(params):
+        if p.get("qk_norm", False):
+            raise ValueError(f"params[{i}] has qk_norm = True, which as_layers does not build "
+                             "(lipattn.stabilisers.StabilisedAttention has QK-norm)")
+        for k in PARAM_NAMES:
+            if np.ndim(p[k]) != (2 if k.startswith("W_") else 1):
+                raise ValueError(f"params[{i}][{k!r}] must have no leading run axes (one "
+                                 f"model); got shape {np.shape(p[k])}")
+    out = []
+    for p in params:
+        attn = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=int(p["heads"]),
+                                  b_O=p["b_O"])
+        ffn = MLP(p["W_1"], p["b_1"], p["W_2"], p["b_2"], act="relu")
+        ln1, ln2 = (LayerNorm(p[f"ln{j}_g"], p[f"ln{j}_b"], EPS) for j in (1, 2))
+        if variant == "post":
+            out.append(Sequential([Residual(attn), ln1, Residual(ffn), ln2]))
+        else:
+            out.append(Sequential([Residual(Sequential([ln1, attn])),
+                                   Residual(Sequential([ln2, ffn]))]))
+    if variant == "pre" and final_norm:
+        dtype = np.result_type(*(p[k] for p in params for k in PARAM_NAMES))
+        out.append(LayerNorm(np.ones(d, dtype), np.zeros(d, dtype), EPS))
+    return Sequential(out)
 
 
 def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:
@@ -470,13 +561,14 @@ def stack_params(models: Any, *, batch_axes: int = 0) -> list[dict[str, Any]]:
         raise ValueError("models must all have the same number of layers; got "
                          f"{[len(m) for m in models]}")
     for l_, layer in enumerate(zip(*models, strict=True)):
-        heads = [int(p["heads"]) for p in layer]
-        if len(set(heads)) != 1:
-            raise ValueError(f"models must have the same heads in each layer; got heads = "
-                             f"{heads} in layer {l_}")
+        for k in SETTINGS:
+            vals = [p.get(k, False) if k == "qk_norm" else int(p[k]) for p in layer]
+            if len(set(vals)) != 1:
+                raise ValueError(f"models must have the same {k} in each layer; got {k} = "
+                                 f"{vals} in layer {l_}")
     out = []
     for layer in zip(*models, strict=True):
-        p: dict[str, Any] = {"heads": layer[0]["heads"]}
+        p: dict[str, Any] = {k: layer[0][k] for k in SETTINGS if k in layer[0]}
         for k in PARAM_NAMES:
             a = np.stack([q[k] for q in layer])
             extra = batch_axes + (a.ndim == 2)  # vectors also skip the token axis
@@ -521,7 +613,7 @@ def gradient_check(params: Any, X: Any, *, variant: str, seed: int = 0,
               *(float(np.max(np.abs(p[k]), initial=0.0)) for p in params for k in PARAM_NAMES))
     h = as_step(h, "h", big)
     G = np.random.default_rng(seed).standard_normal(X.shape)
-    params = [{k: (v if k == "heads" else np.array(v, dtype=float)) for k, v in p.items()}
+    params = [{k: (v if k in SETTINGS else np.array(v, dtype=float)) for k, v in p.items()}
               for p in params]
     grads, gX = backward(params, X, G, variant=variant)
     pairs = [(p[k], g[k]) for p, g in zip(params, grads, strict=True) for k in PARAM_NAMES]

@@ -4,7 +4,10 @@ r"""The layers of real Transformers, each written once with its forward, jvp and
   :class:`Residual`, and :func:`layer_lipschitz` (the exact local constant of
   any layer);
 - :mod:`~lipattn.layers.attention` -- masked multi-head self-attention with
-  biases, grouped-query heads and RoPE, each head at its own size;
+  biases, grouped-query heads and RoPE, each head at its own size, around the
+  one attention core (:func:`attention_core`, optionally soft-capped, and its
+  jvp and vjp with respect to Q, K, V on batched heads), which the book's
+  encoder and :mod:`lipattn.stabilisers` use too;
 - :mod:`~lipattn.layers.rope` -- rotary position embeddings (Hugging Face's
   ``rotate_half`` convention);
 - :mod:`~lipattn.layers.norms` -- LayerNorm with gain and bias, RMSNorm;
@@ -18,12 +21,22 @@ of :mod:`lipattn.lipschitz` do). The models built from them live in
 """
 
 from .activations import ACTIVATIONS, gelu_new, relu, silu
-from .attention import MultiHeadAttention, softmax_jvp
+from .attention import (
+    CoreState,
+    MultiHeadAttention,
+    attention_core,
+    attention_core_jvp,
+    attention_core_vjp,
+    attention_logits,
+    softmax_jvp,
+)
 from .base import Layer, Residual, Sequential, layer_lipschitz
 from .mlp import MLP, GatedMLP
 from .norms import LayerNorm, RMSNorm
 from .rope import rope, rope_tables, rope_transpose
 
 __all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "MultiHeadAttention",
+           "attention_core", "attention_core_jvp", "attention_core_vjp", "attention_logits",
+           "CoreState",
            "softmax_jvp", "LayerNorm", "RMSNorm", "MLP", "GatedMLP", "ACTIVATIONS", "relu",
            "gelu_new", "silu", "rope", "rope_tables", "rope_transpose"]

@@ -26,11 +26,22 @@ The differential at X in the direction E (biases drop out):
 :math:`\dot S_i = (R(\dot Q_i) R(K)^\top + R(Q_i) R(\dot K)^\top)/\sqrt{d_h}`,
 :math:`\dot P_i = J(P_i)[\dot S_i]` row-wise (:func:`softmax_jvp`),
 :math:`\dot O_i = \dot P_i V + P_i \dot V`, and the vjp is its adjoint.
+
+The core that maps head arrays Q, K, V to the heads' outputs -- scores,
+optional logit soft-capping, masked softmax, :math:`P V` -- and its jvp and vjp
+with respect to Q, K and V are the functions :func:`attention_core`,
+:func:`attention_core_jvp` and :func:`attention_core_vjp`, on batched arrays
+(..., heads, N, d_h). They are the one implementation of attention's
+derivatives: :class:`MultiHeadAttention` adds the projections, biases, RoPE and
+W_O around them, the book's encoder (:mod:`lipattn.transformer`) its
+projections and weight gradients, and :class:`lipattn.stabilisers.StabilisedAttention`
+its QK-norm, scaling and soft-cap.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,7 +51,8 @@ from ..softmax import softmax
 from .base import check_input, weight
 from .rope import rope, rope_tables, rope_transpose
 
-__all__ = ["MultiHeadAttention", "softmax_jvp"]
+__all__ = ["MultiHeadAttention", "softmax_jvp", "attention_core", "attention_core_jvp",
+           "attention_core_vjp", "attention_logits", "CoreState"]
 
 
 def softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
@@ -50,6 +62,192 @@ def softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
     get 0 whatever ``dS`` holds there.
     """
     return P * (dS - np.sum(P * dS, axis=-1, keepdims=True))
+
+
+class CoreState(NamedTuple):
+    r"""What :func:`attention_core` keeps for its derivatives.
+
+    ``KT``, ``VT`` and ``PT`` are the transposes of the last two axes of
+    ``K``, ``V`` and ``P``: views, or contiguous copies when
+    ``attention_core(..., copy_transposes=True)``. ``cap_factor`` is the
+    derivative :math:`1 - (T/\kappa)^2` of the soft-cap at the logits, shape
+    (..., heads, M, N), or None without a soft-cap.
+    """
+
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    P: np.ndarray
+    KT: np.ndarray
+    VT: np.ndarray
+    PT: np.ndarray
+    scale: float
+    copy_transposes: bool
+    cap_factor: np.ndarray | None = None
+
+
+def _transpose(Z: np.ndarray, copy: bool) -> np.ndarray:
+    Z = np.swapaxes(Z, -1, -2)
+    return np.ascontiguousarray(Z) if copy else Z
+
+
+_OVERFLOW = "Q and K give attention logits that overflow; expected logits of finite size"
+
+
+def _logits(Q: np.ndarray, KT: np.ndarray, scale: float, softcap: float | None,
+            overflow: str) -> np.ndarray:
+    """T = s Q K^T, soft-capped if ``softcap`` (KT the transpose of K); finite or ValueError."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = (Q @ KT) * scale
+    if not np.all(np.isfinite(S)):
+        raise ValueError(overflow)
+    return S if softcap is None else softcap * np.tanh(S / softcap)
+
+
+def _options(Q: np.ndarray, scale, softcap) -> tuple[float, float | None]:
+    """The scale (default 1/sqrt(d_h)) and the soft-cap (validated)."""
+    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else scale
+    return scale, None if softcap is None else as_positive_float(softcap, "softcap")
+
+
+def attention_logits(Q: np.ndarray, K: np.ndarray, *, scale: float | None = None,
+                     softcap: float | None = None, overflow: str = _OVERFLOW) -> np.ndarray:
+    r"""The logits of :func:`attention_core` before the mask: :math:`T = \kappa
+    \tanh(s\, Q K^\top / \kappa)`, or :math:`T = s\, Q K^\top` without a soft-cap.
+
+    Parameters
+    ----------
+    Q : ndarray, shape (..., heads, M, d_h)
+    K : ndarray, shape (..., heads, N, d_h)
+    scale, softcap, overflow
+        As in :func:`attention_core`.
+
+    Returns
+    -------
+    T : ndarray, shape (..., heads, M, N)
+    """
+    scale, softcap = _options(Q, scale, softcap)
+    return _logits(Q, np.swapaxes(K, -1, -2), scale, softcap, overflow)
+
+
+def attention_core(Q: np.ndarray, K: np.ndarray, V: np.ndarray, *, mask=None,
+                   scale: float | None = None, softcap: float | None = None,
+                   copy_transposes: bool = False,
+                   overflow: str = _OVERFLOW) -> tuple[np.ndarray, CoreState]:
+    r"""Scaled dot-product attention on batched heads: :math:`O = P V`, :math:`P =
+    \operatorname{softmax}_{\text{rows}}(\text{mask}(T))`, with logits :math:`T = s\,
+    Q K^\top`, or :math:`T = \kappa \tanh(s\, Q K^\top / \kappa)` with a soft-cap
+    :math:`\kappa` (Gemma 2's ``attn_logit_softcapping``: after the scaling, before
+    the mask).
+
+    No loops: every product is one batched matmul over the leading axes.
+
+    Parameters
+    ----------
+    Q : ndarray, shape (..., heads, M, d_h)
+        Queries (M rows per head; a group of query heads sharing a key head may
+        be stacked as one head of M = group * N rows).
+    K : ndarray, shape (..., heads, N, d_h)
+    V : ndarray, shape (..., heads, N, d_v)
+    mask : None or bool ndarray broadcasting to (..., heads, M, N)
+        True = may attend; masked logits become -inf (probability exactly 0).
+        Not validated here (see :func:`lipattn.attention.as_mask`): every row
+        must allow a key.
+    scale : float, optional
+        The factor s of the logits; default :math:`1/\sqrt{d_h}`.
+    softcap : float > 0 or None, default None
+        The cap :math:`\kappa` (None: no capping, :math:`T = s\, Q K^\top`).
+    copy_transposes : bool, default False
+        Keep contiguous copies of the transposes :math:`K^\top, V^\top, P^\top`
+        (and copy :math:`\dot K^\top`, :math:`\dot S^\top` in the products):
+        faster when the derivatives are taken many times, as by Lanczos; the
+        values are the same up to rounding.
+    overflow : str
+        The message of the ValueError raised when a logit :math:`s\, Q K^\top` is
+        not finite (the caller names its own arguments).
+
+    Returns
+    -------
+    O : ndarray, shape (..., heads, M, d_v)
+    state : CoreState
+        For :func:`attention_core_jvp` and :func:`attention_core_vjp`. P has
+        the dtype of the logits (float32 only if Q and K are).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a ``softcap`` that is not a finite positive number (naming it);
+        with the message ``overflow`` for logits that are not finite.
+    """
+    scale, softcap = _options(Q, scale, softcap)
+    KT = _transpose(K, copy_transposes)
+    T = _logits(Q, KT, scale, softcap, overflow)
+    cap_factor = None if softcap is None else 1.0 - (T / softcap) ** 2
+    if mask is not None:
+        T = np.where(mask, T, -np.inf)
+    P = softmax(T, axis=-1).astype(T.dtype, copy=False)
+    out = P @ V
+    return out, CoreState(Q, K, V, P, KT, _transpose(V, copy_transposes),
+                          _transpose(P, copy_transposes), scale, copy_transposes, cap_factor)
+
+
+def attention_core_jvp(state: CoreState, dQ: np.ndarray, dK: np.ndarray,
+                       dV: np.ndarray) -> np.ndarray:
+    r"""The differential of :func:`attention_core`: :math:`\dot O = \dot P V + P \dot V`.
+
+    :math:`\dot S = s(\dot Q K^\top + Q \dot K^\top)`, :math:`\dot T = (1 -
+    (T/\kappa)^2) \odot \dot S` with a soft-cap (:math:`\dot T = \dot S` without)
+    and :math:`\dot P = J(P)[\dot T]` row-wise (:func:`softmax_jvp`; masked
+    entries stay 0). Exact up to rounding.
+
+    Parameters
+    ----------
+    state : CoreState
+    dQ, dK, dV : ndarray, the shapes of Q, K, V
+        The directions (tangents) of Q, K and V.
+
+    Returns
+    -------
+    dO : ndarray, shape (..., heads, M, d_v)
+    """
+    st = state
+    dS = dQ @ st.KT
+    dS += st.Q @ _transpose(dK, st.copy_transposes)
+    dS *= st.scale
+    if st.cap_factor is not None:
+        dS *= st.cap_factor
+    dO = softmax_jvp(st.P, dS) @ st.V
+    dO += st.P @ dV
+    return dO
+
+
+def attention_core_vjp(state: CoreState, dO: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""The adjoint of :func:`attention_core_jvp`: the gradients at Q, K and V of
+    :math:`\langle G, O\rangle` for G = ``dO``.
+
+    :math:`\bar V = P^\top G`, :math:`\bar S = s\, (1 - (T/\kappa)^2) \odot
+    J(P)[G V^\top]` (without the factor when there is no soft-cap),
+    :math:`\bar Q = \bar S K`, :math:`\bar K = \bar S^\top Q`. Exact up to rounding.
+
+    Parameters
+    ----------
+    state : CoreState
+    dO : ndarray, shape (..., heads, M, d_v)
+
+    Returns
+    -------
+    dQ, dK, dV : ndarray, the shapes of Q, K and V
+        (A K or V broadcast against Q gets the gradient of the broadcast
+        shape; the caller sums it.)
+    """
+    st = state
+    dV = st.PT @ dO
+    dS = softmax_jvp(st.P, dO @ st.VT)
+    if st.cap_factor is not None:
+        dS *= st.cap_factor
+    dS *= st.scale
+    return dS @ st.K, _transpose(dS, st.copy_transposes) @ st.Q, dV
 
 
 class MultiHeadAttention:
@@ -118,7 +316,8 @@ class MultiHeadAttention:
     # -- helpers --------------------------------------------------------------
     # Every operand of a batched matmul is a contiguous (heads, rows, cols)
     # array: the transposes the products need (K^T, V^T, P^T) are copied once
-    # per forward pass and reused by every jvp and vjp.
+    # per forward pass (attention_core's copy_transposes) and reused by every
+    # jvp and vjp.
     def _split(self, Z: np.ndarray, heads: int) -> np.ndarray:
         """(N, heads * k) -> (heads, N, k), contiguous."""
         N = Z.shape[0]
@@ -159,44 +358,30 @@ class MultiHeadAttention:
         Q = self._group(self._project(X, self.W_Q, self.b_Q, self.n_head, rot))
         K = self._project(X, self.W_K, self.b_K, self.n_kv_head, rot)
         V = self._project(X, self.W_V, self.b_V, self.n_kv_head, None)
-        KT = np.ascontiguousarray(K.transpose(0, 2, 1))
-        with np.errstate(over="ignore", invalid="ignore"):
-            S = (Q @ KT) * (1.0 / math.sqrt(self.head_dim))
-        if not np.all(np.isfinite(S)):
-            raise ValueError("the hidden states and W_Q, W_K give attention logits that "
-                             "overflow; expected logits of finite size")
         mask = self._mask_array(N)
-        if mask is not None:
-            S = np.where(np.tile(mask, (S.shape[1] // N, 1)), S, -np.inf)
-        P = softmax(S, axis=-1).astype(X.dtype, copy=False)
-        heads = self._merge(P @ V, N)
-        state = (Q, K, KT, V, np.ascontiguousarray(V.transpose(0, 2, 1)), P,
-                 np.ascontiguousarray(P.transpose(0, 2, 1)), rot)
-        return self._out(heads, True), state
+        if mask is not None:                   # one row block per query head of a group
+            mask = np.tile(mask, (Q.shape[1] // N, 1))
+        heads, core = attention_core(
+            Q, K, V, mask=mask, copy_transposes=True,
+            overflow="the hidden states and W_Q, W_K give attention logits that overflow; "
+                     "expected logits of finite size")
+        return self._out(self._merge(heads, N), True), (core, rot)
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
-        Q, _, KT, V, _, P, _, rot = state
+        core, rot = state
         N = E.shape[0]
         dQ = self._group(self._project(E, self.W_Q, None, self.n_head, rot))
         dK = self._project(E, self.W_K, None, self.n_kv_head, rot)
         dV = self._split(E @ self.W_V, self.n_kv_head)
-        dS = dQ @ KT
-        dS += Q @ np.ascontiguousarray(dK.transpose(0, 2, 1))
-        dS *= 1.0 / math.sqrt(self.head_dim)
-        dO = softmax_jvp(P, dS) @ V
-        dO += P @ dV
-        return self._out(self._merge(dO, N), False)
+        return self._out(self._merge(attention_core_jvp(core, dQ, dK, dV), N), False)
 
     def vjp(self, state, G: np.ndarray) -> np.ndarray:
-        Q, K, _, _, VT, P, PT, rot = state
+        core, rot = state
         N = G.shape[0]
         dO = G @ self.W_O.T if self.W_O is not None else G
         dO = self._group(self._split(dO, self.n_head))            # (h_kv, rep N, d_v)
-        dV = PT @ dO                                               # summed over the group
-        dS = softmax_jvp(P, dO @ VT)
-        dS *= 1.0 / math.sqrt(self.head_dim)
-        dQ = (dS @ K).reshape(self.n_head, N, -1)
-        dK = np.ascontiguousarray(dS.transpose(0, 2, 1)) @ Q
+        dQ, dK, dV = attention_core_vjp(core, dO)                  # dK, dV summed over the group
+        dQ = dQ.reshape(self.n_head, N, -1)
         if rot is not None:
             dQ, dK = rope_transpose(dQ, *rot), rope_transpose(dK, *rot)
         return (self._merge(dQ, N) @ self.W_Q.T + self._merge(dK, N) @ self.W_K.T

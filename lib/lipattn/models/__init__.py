@@ -6,11 +6,14 @@
   (``local_lipschitz``), of each sublayer (``sublayer_lipschitz``) and of each
   head (``head_lipschitz``);
 - :class:`Decoder` and :class:`Block` (:mod:`~lipattn.models.decoder`): the
-  pre-norm stack they share.
+  pre-norm stack they share;
+- :func:`random_state_dict` (:mod:`~lipattn.models.init`): random state dicts
+  with Hugging Face's names, initialised as GPT-2 and Llama are.
 """
 
 from .decoder import Block, Decoder
 from .gpt2 import GPT2
+from .init import random_state_dict
 from .llama import Llama
 
-__all__ = ["GPT2", "Llama", "Decoder", "Block"]
+__all__ = ["GPT2", "Llama", "Decoder", "Block", "random_state_dict"]

@@ -18,8 +18,10 @@ head. Constants are computed matrix-free by Golub–Kahan–Lanczos
 
 Precision
 ---------
-By default weights and computations are float64. ``dtype=numpy.float32``
-stores the weights and runs the forward pass and every product in float32
+By default weights and computations are float64: a float32 (or float16) state
+dict, as exported from most checkpoints, is converted exactly to float64, so
+the forward pass, the products and the constants are computed in float64.
+``dtype=numpy.float32`` stores the weights and runs the forward pass and every product in float32
 (half the memory, faster matmuls); the Lanczos recursion itself stays in
 float64. The products then carry relative errors of about 1e-7, so constants
 are accurate to about 1e-6 relative: a float32 model raises every ``tol`` below

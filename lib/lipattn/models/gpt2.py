@@ -57,7 +57,8 @@ class GPT2(Decoder):
         eps : float, default 1e-5
             LayerNorm epsilon (``layer_norm_epsilon``).
         dtype : numpy.float64 (default) or numpy.float32
-            Storage and computation dtype (see :mod:`lipattn.models.decoder`).
+            Storage and computation dtype: float32 weights are computed in
+            float64 by default ("Precision" in :mod:`lipattn.models.decoder`).
 
         Raises
         ------

@@ -72,6 +72,8 @@ class Llama(Decoder):
         eps : float, default 1e-6
             RMSNorm epsilon (``rms_norm_eps``).
         dtype : numpy.float64 (default) or numpy.float32
+            Storage and computation dtype: float32 weights are computed in
+            float64 by default ("Precision" in :mod:`lipattn.models.decoder`).
 
         Raises
         ------

@@ -18,73 +18,20 @@ from matplotlib.figure import Figure
 
 from ... import lipschitz as lip
 from ..._blas import single_threaded
-from ..._validate import as_int_at_least, as_positive_float
 from ...layers import MultiHeadAttention, layer_lipschitz
-from ...models import GPT2, Llama
+from ...models import GPT2, Llama, random_state_dict
 from ...stabilisers import StabilisedAttention, sigma_reparam
 from .. import plotting
 from ..widgets import Explorer, Slider, register
 
-__all__ = ["gpt2_state", "llama_state", "random_model", "branch_constants", "head_constants",
+__all__ = ["random_model", "branch_constants", "head_constants",
            "depth_profile", "fig_depth", "VARIANTS", "variant_layer", "variant_constant",
            "scale_curves", "fig_variants", "StabiliserExplorer"]
 
 
 # --------------------------------------------------------------------------
-# random models, initialised as the published code does
+# random models, initialised as the published code does (random_state_dict)
 # --------------------------------------------------------------------------
-def gpt2_state(L: int, d: int, *, vocab: int = 64, n_pos: int = 64, std: float = 0.02,
-               init_depth: int | None = None, seed: int = 0) -> dict:
-    """A GPT-2 state dict at initialisation (Hugging Face ``GPT2PreTrainedModel``).
-
-    Every weight N(0, std^2) (std = ``initializer_range`` = 0.02), the two
-    residual projections ``c_proj.weight`` N(0, (std / sqrt(2 L))^2), biases 0,
-    LayerNorm gains 1 and biases 0; d_ff = 4 d. ``init_depth`` (default L) is
-    the L of the rescaling: the first blocks of a deeper model.
-    """
-    L, d = as_int_at_least(L, "L", 1), as_int_at_least(d, "d", 1)
-    std = as_positive_float(std, "std")
-    rng = np.random.default_rng(seed)
-    r = lambda *s, sd=std: sd * rng.standard_normal(s)       # noqa: E731
-    res = std / math.sqrt(2 * (L if init_depth is None else init_depth))
-    st = {"wte.weight": r(vocab, d), "wpe.weight": r(n_pos, d)}
-    for i in range(L):
-        p = f"h.{i}."
-        st |= {p + "ln_1.weight": np.ones(d), p + "ln_1.bias": np.zeros(d),
-               p + "attn.c_attn.weight": r(d, 3 * d), p + "attn.c_attn.bias": np.zeros(3 * d),
-               p + "attn.c_proj.weight": r(d, d, sd=res), p + "attn.c_proj.bias": np.zeros(d),
-               p + "ln_2.weight": np.ones(d), p + "ln_2.bias": np.zeros(d),
-               p + "mlp.c_fc.weight": r(d, 4 * d), p + "mlp.c_fc.bias": np.zeros(4 * d),
-               p + "mlp.c_proj.weight": r(4 * d, d, sd=res), p + "mlp.c_proj.bias": np.zeros(d)}
-    return st | {"ln_f.weight": np.ones(d), "ln_f.bias": np.zeros(d)}
-
-
-def llama_state(L: int, d: int, n_head: int, *, n_kv_head: int | None = None,
-                d_ff: int | None = None, vocab: int = 64, std: float = 0.02,
-                seed: int = 0) -> dict:
-    """A Llama state dict at initialisation (Hugging Face ``LlamaPreTrainedModel``).
-
-    Every projection and the embedding N(0, std^2), RMSNorm gains 1; no
-    residual rescaling (Hugging Face's Llama has none). d_ff defaults to
-    the multiple of 64 nearest 8 d / 3.
-    """
-    L, d = as_int_at_least(L, "L", 1), as_int_at_least(d, "d", 1)
-    n_kv_head = n_head if n_kv_head is None else n_kv_head
-    d_ff = 64 * max(1, round(8 * d / 3 / 64)) if d_ff is None else d_ff
-    rng = np.random.default_rng(seed)
-    r = lambda *s: std * rng.standard_normal(s)               # noqa: E731
-    dkv = n_kv_head * d // n_head
-    st = {"embed_tokens.weight": r(vocab, d)}
-    for i in range(L):
-        p, a = f"layers.{i}.", f"layers.{i}.self_attn."
-        st |= {p + "input_layernorm.weight": np.ones(d), a + "q_proj.weight": r(d, d),
-               a + "k_proj.weight": r(dkv, d), a + "v_proj.weight": r(dkv, d),
-               a + "o_proj.weight": r(d, d), p + "post_attention_layernorm.weight": np.ones(d),
-               p + "mlp.gate_proj.weight": r(d_ff, d), p + "mlp.up_proj.weight": r(d_ff, d),
-               p + "mlp.down_proj.weight": r(d, d_ff)}
-    return st | {"norm.weight": np.ones(d)}
-
-
 def random_model(layout: str, L: int, d: int, n_head: int, seed: int = 0,
                  init_depth: int | None = None):
     """A GPT-2 (``"gpt2"``) or Llama (``"llama"``, RoPE, eps 1e-6) model at initialisation.
@@ -92,11 +39,11 @@ def random_model(layout: str, L: int, d: int, n_head: int, seed: int = 0,
     ``init_depth``: GPT-2's residual rescaling as for a model of that depth.
     """
     if layout == "gpt2":
-        return GPT2.from_state_dict(gpt2_state(L, d, seed=seed, init_depth=init_depth),
-                                    n_head=n_head)
+        return GPT2.from_state_dict(random_state_dict("gpt2", L, d, n_head, seed=seed,
+                                                      init_depth=init_depth), n_head=n_head)
     if layout == "llama":
-        return Llama.from_state_dict(llama_state(L, d, n_head, seed=seed), n_head=n_head,
-                                     n_kv_head=n_head)
+        return Llama.from_state_dict(random_state_dict("llama", L, d, n_head, seed=seed),
+                                     n_head=n_head, n_kv_head=n_head)
     raise ValueError(f"layout must be 'gpt2' or 'llama'; got {layout!r}")
 
 
@@ -258,8 +205,8 @@ def _explorer_data() -> dict:
 def _attention(name: str, X, W_Q, W_K, W_V) -> np.ndarray:
     if name == "l2":
         return lip.l2_attention_matrix(X, W_Q)
-    layer = variant_layer(name, W_Q, W_K, W_V)
-    return layer.forward(X)[1][3][0]
+    core, _, _ = variant_layer(name, W_Q, W_K, W_V).forward(X)[1]
+    return core.P[0]
 
 
 @register

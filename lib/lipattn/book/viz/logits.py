@@ -1,0 +1,203 @@
+"""Attention-logit growth during training: a learning-rate sweep with and without QK-norm.
+
+A small-scale version of the experiment of Wortsman et al. (2023, "Small-scale
+proxies for large-scale Transformer training instabilities") on the book's
+task: Pre-LN encoders trained on sequence reversal by
+:func:`lipattn.training.train_reversal`, every learning rate and seed of
+:data:`SWEEP` in one vectorised call per arm (QK-norm off and on). The two arms
+share their initial weights and their batches (same seeds), so the
+comparison is paired and QK-norm is the only change. Recorded: the largest
+attention logit of each layer every ``logit_every`` steps, the loss at every
+step, and the exact local Lipschitz constant of every attention sublayer at
+the checkpoints ``keep_at``, at a fixed batch of real task inputs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ... import transformer
+from ..._blas import single_threaded
+from ...layernorm import layer_norm_jacobian_norm
+from ...layers import layer_lipschitz
+from ...stabilisers import StabilisedAttention
+from ...training import reversal_batch, train_reversal
+from .. import plotting
+
+__all__ = ["SWEEP", "TRAIN", "logit_sweep", "attention_constants", "summary",
+           "fig_logit_sweep"]
+
+#: The grid: peak learning rates (constant, no warm-up) x seeds.
+SWEEP = {"lrs": (3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0), "seeds": (0, 1, 2, 3)}
+#: The runs' sizes and what they record (keyword arguments of ``train_reversal``).
+TRAIN = {"layers": 2, "d": 32, "heads": 4, "vocab": 16, "n_tokens": 8, "batch": 8,
+         "steps": 200, "logit_every": 10, "keep_at": (0, 25, 200)}
+#: Sequences of the fixed batch at which the constants are taken, and its seed.
+PROBE = {"batch": 2, "seed": 12345}
+
+
+def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
+                        tol: float = 1e-6) -> np.ndarray:
+    r"""Exact local constants of a trained model's attention sublayers.
+
+    For each layer l and sequence b, the spectral norm of the Jacobian of
+    :math:`H \mapsto [P_1 H W_V^{(1)}, \dots] W_O + b_O` at the sublayer's
+    actual input :math:`H = \mathrm{LN}_1(X_l)` (float64, Golub–Kahan–Lanczos
+    on :class:`~lipattn.stabilisers.StabilisedAttention`'s products, to the
+    relative tolerance ``tol``; the bias does not change the Jacobian).
+
+    Parameters
+    ----------
+    model : dict
+        One Pre-LN run, from :meth:`lipattn.training.TrainResult.run`.
+    tokens : ndarray of int, shape (B, n_tokens)
+    qk_norm : bool
+        Whether the model normalises queries and keys (LayerNorm per head,
+        :data:`lipattn.transformer.EPS`).
+
+    Returns
+    -------
+    L : ndarray, shape (layers, B)
+    """
+    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, dtype=float)
+               for k, v in p.items()} for p in model["blocks"]]
+    X = np.asarray(model["embed"], dtype=float)[tokens] + np.asarray(model["pos"], dtype=float)
+    H = transformer.attention_inputs(blocks, X, variant="pre")
+    out = np.zeros((len(blocks), len(tokens)))
+    for l_, p in enumerate(blocks):
+        layer = StabilisedAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"],
+                                    n_head=int(p["heads"]),
+                                    qk_norm="layer" if qk_norm else None,
+                                    qk_norm_eps=transformer.EPS)
+        for b in range(len(tokens)):
+            out[l_, b] = layer_lipschitz(layer, H[l_][b], tol=tol).value
+    return out
+
+
+def _ln_gain(model: dict, tokens: np.ndarray) -> np.ndarray:
+    """Median over tokens of 1/s at each layer's input stream, shape (layers,)."""
+    X = np.asarray(model["embed"], dtype=float)[tokens] + np.asarray(model["pos"], dtype=float)
+    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, dtype=float)
+               for k, v in p.items()} for p in model["blocks"]]
+    stream = transformer.residual_stream(blocks, X, variant="pre")[:-1]
+    return np.array([np.median(layer_norm_jacobian_norm(x, transformer.EPS)) for x in stream])
+
+
+@lru_cache(maxsize=4)
+@single_threaded
+def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
+                steps: int = TRAIN["steps"]) -> dict:
+    """Train the grid ``lrs x seeds`` with and without QK-norm (cached).
+
+    Returns
+    -------
+    dict
+        ``"lrs"`` (n_lr,), ``"seeds"`` (n_seed,), ``"logit_steps"`` (n_rec,),
+        ``"checkpoints"`` (the steps of ``keep_at`` up to ``steps``), and per arm
+        ``False``/``True`` (QK-norm off/on) a dict of
+        ``"max_logit"`` (n_lr, n_seed, n_rec, layers): largest attention logit;
+        ``"loss"`` (n_lr, n_seed, steps): training loss, nats;
+        ``"final_loss"`` (n_lr, n_seed): mean loss of the last 10 steps;
+        ``"lipschitz"`` (n_lr, n_seed, n_ckpt, layers): the largest, over the
+        probe sequences, exact local constant of each attention sublayer
+        (:func:`attention_constants`);
+        ``"ln_gain"`` (n_lr, n_seed, n_ckpt, layers): the median over the probe
+        tokens of :math:`1/s`, the norm of the Jacobian of the layer's first
+        LayerNorm (before its gain) at the residual stream entering it.
+    """
+    lr = np.repeat(np.asarray(lrs, dtype=float), len(seeds))
+    sd = np.tile(np.asarray(seeds), len(lrs))
+    kw = TRAIN | {"steps": steps, "keep_at": tuple(t for t in TRAIN["keep_at"] if t <= steps)}
+    tokens = reversal_batch(np.random.default_rng(PROBE["seed"]), PROBE["batch"],
+                            TRAIN["n_tokens"], TRAIN["vocab"])[0]
+    shape = (len(lrs), len(seeds))
+    out = {"lrs": np.asarray(lrs, dtype=float), "seeds": np.asarray(seeds),
+           "checkpoints": np.asarray(kw["keep_at"])}
+    for qk in (False, True):
+        res = train_reversal("pre", lr, 0, sd, qk_norm=qk, **kw)
+        lip = np.array([[attention_constants(res.run(i, at=t), tokens, qk).max(axis=1)
+                         for t in kw["keep_at"]] for i in range(lr.size)])
+        gain = np.array([[_ln_gain(res.run(i, at=t), tokens) for t in kw["keep_at"]]
+                         for i in range(lr.size)])
+        out["logit_steps"] = res.logit_steps
+        out[qk] = {"max_logit": res.max_logit.reshape(*shape, *res.max_logit.shape[1:]),
+                   "loss": res.loss.reshape(*shape, -1),
+                   "final_loss": res.loss[:, -10:].mean(axis=1).reshape(shape),
+                   "lipschitz": lip.reshape(*shape, *lip.shape[1:]),
+                   "ln_gain": gain.reshape(*shape, *gain.shape[1:])}
+    return out
+
+
+def summary(sweep: dict, *, big: float = 1e3, learned: float = 0.5) -> dict:
+    """The numbers the chapter states, from :func:`logit_sweep`'s output.
+
+    A run *learned* if its final loss is below ``learned`` nats (chance is
+    ln(vocab)); its logit is *big* if the largest attention logit over layers and
+    steps exceeded ``big``. Per arm ``a`` in ``("no", "qk")``:
+
+    - ``{a}_logit``: (n_lr,) median over seeds of the largest logit;
+    - ``{a}_learned``: (n_lr,) number of seeds that learned;
+    - ``{a}_lip``: (n_lr,) median of the attention sublayers' largest constant
+      at the last checkpoint;
+    - ``{a}_lip0``: the same at step 0 (initial weights), median over all runs;
+    - ``{a}_top``: the largest learning rate at which every seed learned;
+    - ``{a}_big``: runs with a big logit; ``{a}_big_learned``: of those, how many learned;
+    - ``{a}_small_failed``: runs without a big logit that did not learn.
+
+    and ``n_seed``, ``n_lr``, and over both arms ``lip_learned_max`` (the
+    largest final constant of a run that learned) and ``lip_failed_min`` (the
+    smallest of a run that did not; NaN where no run is of that kind).
+    """
+    out = {"n_seed": len(sweep["seeds"]), "n_lr": len(sweep["lrs"])}
+    ends, oks = [], []
+    for name, qk in (("no", False), ("qk", True)):
+        a = sweep[qk]
+        top = a["max_logit"].max(axis=(2, 3))
+        ok = a["final_loss"] < learned
+        lip = a["lipschitz"].max(axis=3)
+        all_ok = np.flatnonzero(ok.all(axis=1))
+        ends.append(lip[:, :, -1])
+        oks.append(ok)
+        out |= {f"{name}_logit": np.median(top, axis=1),
+                f"{name}_learned": ok.sum(axis=1),
+                f"{name}_lip": np.median(lip[:, :, -1], axis=1),
+                f"{name}_lip0": float(np.median(lip[:, :, 0])),
+                f"{name}_top": float(sweep["lrs"][all_ok].max()) if all_ok.size else np.nan,
+                f"{name}_big": int((top > big).sum()),
+                f"{name}_big_learned": int((ok & (top > big)).sum()),
+                f"{name}_small_failed": int((~ok & (top <= big)).sum())}
+    end, ok = np.stack(ends), np.stack(oks)
+    out["lip_learned_max"] = float(end[ok].max()) if ok.any() else np.nan
+    out["lip_failed_min"] = float(end[~ok].min()) if (~ok).any() else np.nan
+    return out
+
+
+def fig_logit_sweep(sweep: dict) -> Figure:
+    """Three panels against the learning rate, both arms: the largest attention logit
+    over training, the final loss, and the attention sublayers' constant at the end
+    (every run a faint marker, the median over seeds a line)."""
+    fig, axes = plotting.figure(3, width=8.4, height=3.0)
+    lrs = sweep["lrs"]
+    names = {False: "no QK-norm", True: "QK-norm (LayerNorm per head)"}
+    panels = [("largest attention logit", lambda a: a["max_logit"].max(axis=(2, 3))),
+              ("final loss (nats)", lambda a: a["final_loss"]),
+              ("attention constant, end", lambda a: a["lipschitz"][:, :, -1].max(axis=2))]
+    for ax, (label, get) in zip(axes, panels, strict=True):
+        for k, qk in enumerate((False, True)):
+            vals = get(sweep[qk])
+            for j in range(vals.shape[1]):
+                ax.scatter(lrs, vals[:, j], s=10, color=f"C{k}", alpha=0.35, lw=0)
+            ax.plot(lrs, np.median(vals, axis=1), "o-" if qk else "s-", ms=3.5,
+                    color=f"C{k}", label=names[qk])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel(label)
+    axes[1].axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1)
+    axes[1].annotate("chance", (lrs[0], np.log(TRAIN["vocab"])), fontsize=8,
+                     va="bottom", color="0.4")
+    axes[0].legend(fontsize=8, loc="upper left")
+    return fig
