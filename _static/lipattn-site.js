@@ -60,7 +60,22 @@
     }
   }
 
+  /* Every part of the page sits in a landmark (axe "region"): the book's
+     title above the sidebar's navigation is a link home, outside any landmark
+     in the theme's markup; it becomes a small navigation landmark of its own. */
+  function landmarkBrand() {
+    var brands = document.querySelectorAll(".bd-sidebar-primary .navbar-brand");
+    for (var i = 0; i < brands.length; i++) {
+      var item = brands[i].closest(".sidebar-primary-item") || brands[i];
+      if (!item.closest("nav, [role=navigation], header, footer, main, aside")) {
+        item.setAttribute("role", "navigation");
+        item.setAttribute("aria-label", "Book title");
+      }
+    }
+  }
+
   function ready() {
+    landmarkBrand();
     nameToggles();
     unlabelSummaries();
     if (!document.querySelector('script[src*="mathjax"]')) { mathDone(); return; }
@@ -73,6 +88,21 @@
       } else { setTimeout(wait, 50); }
     })();
   }
+
+  /* Folded proofs (sphinx-design dropdowns, native <details>) print open:
+     every closed one opens before printing and closes again afterwards.
+     Folded code cells (myst-nb's hide-input) stay folded on paper. */
+  var openedForPrint = [];
+  window.addEventListener("beforeprint", function () {
+    var boxes = document.querySelectorAll("details.sd-dropdown:not([open])");
+    for (var i = 0; i < boxes.length; i++) {
+      boxes[i].setAttribute("open", "");
+      openedForPrint.push(boxes[i]);
+    }
+  });
+  window.addEventListener("afterprint", function () {
+    while (openedForPrint.length) { openedForPrint.pop().removeAttribute("open"); }
+  });
 
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", function () { setTimeout(ready, 0); });

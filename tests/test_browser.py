@@ -383,6 +383,11 @@ axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations.map
 """
 
 
+# Minor or moderate rules fixed once and held at 0 on every page: every node sits
+# in a landmark (the book title is one, lipattn-site.js), no table header is empty.
+AXE_HELD = ("region", "empty-table-header")
+
+
 def test_axe_is_the_pinned_release():
     import hashlib
 
@@ -409,7 +414,7 @@ def test_axe_has_no_serious_violations(fresh, server, page, width, theme):
     driver.set_script_timeout(120)
     found = driver.execute_async_script(_AXE_RUN)
     assert isinstance(found, list), found
-    bad = [v for v in found if v["impact"] in ("serious", "critical")]
+    bad = [v for v in found if v["impact"] in ("serious", "critical") or v["id"] in AXE_HELD]
     assert not bad, bad
 
 
@@ -520,3 +525,44 @@ def test_search_ranks_by_title_and_snippets_are_prose(driver, server):
     for text in snippets:
         for raw in ("\\(", "\\[", "\\|", "\\frac", "import ", "glue("):
             assert raw not in text, (raw, text[:120])
+
+
+FOLDED = {  # page -> least number of folded proofs on it
+    "chapters/01_softmax_jacobian.html": 1,
+    "chapters/02_scaling_saturation.html": 2,
+    "chapters/03_rank_collapse.html": 3,
+    "chapters/07_real_transformers.html": 3,
+}
+
+
+@pytest.mark.parametrize("page", list(FOLDED))
+def test_folded_proofs(driver, server, page):
+    """Long proofs fold in native <details> (sphinx-design dropdowns): closed at
+    first, named after their result, math typeset inside, opened by the keyboard,
+    and all open for printing (lipattn-site.js), closed again afterwards."""
+    from selenium.webdriver.common.keys import Keys
+
+    _load(driver, f"{server}/{page}")
+    _wait(driver, "return document.documentElement.classList.contains('lp-math-done')")
+    folds = driver.find_elements("css selector", "details.sd-dropdown.lp-proof-fold")
+    assert len(folds) >= FOLDED[page]
+    for fold in folds:
+        assert fold.get_attribute("open") is None
+        summary = fold.find_element("css selector", "summary")
+        assert summary.get_attribute("textContent").strip().startswith("Proof of the ")
+        assert fold.find_elements("css selector", "div.proof mjx-container")
+    summary = folds[0].find_element("css selector", "summary")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", summary)
+    summary.send_keys(Keys.ENTER)
+    assert folds[0].get_attribute("open") is not None
+    assert folds[0].find_element("css selector", "div.proof").is_displayed()
+    summary.send_keys(Keys.ENTER)
+    assert folds[0].get_attribute("open") is None
+    folds[1 % len(folds)].find_element("css selector", "summary").send_keys(Keys.ENTER)
+    was_open = driver.execute_script(
+        "return Array.from(document.querySelectorAll('details')).map(d => d.open)")
+    driver.execute_script("window.dispatchEvent(new Event('beforeprint'))")
+    assert all(f.get_attribute("open") is not None for f in folds)
+    driver.execute_script("window.dispatchEvent(new Event('afterprint'))")
+    assert driver.execute_script(
+        "return Array.from(document.querySelectorAll('details')).map(d => d.open)") == was_open
