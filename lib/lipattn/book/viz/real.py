@@ -125,6 +125,10 @@ VARIANTS = ("standard", "linear", "sigma", "softcap", "qknorm", "l2")
 _LABELS = {"standard": r"dot product, $1/\sqrt{d_k}$", "linear": r"muP, $1/d_k$",
            "sigma": "sigmaReparam", "softcap": "soft-cap 50 (Gemma 2)",
            "qknorm": r"QK-RMSNorm, $\varepsilon = 10^{-6}$", "l2": "L2 attention"}
+#: The same labels in plain text, for the explorer's controls (no TeX there).
+_PLAIN = {"standard": "dot product, 1/\u221ad\u2096", "linear": "\u03bcP, 1/d\u2096",
+          "sigma": "\u03c3Reparam", "softcap": "soft-cap 50 (Gemma 2)",
+          "qknorm": "QK-RMSNorm, \u03b5 = 1e-6", "l2": "L2 attention"}
 #: Colour, line style and marker of each variant (coinciding curves stay visible).
 _STYLE = {"standard": ("#1f77b4", "-", "o"), "linear": ("#ff7f0e", "-", "s"),
           "sigma": ("#2ca02c", "--", "^"), "softcap": ("#d62728", ":", "v"),
@@ -224,7 +228,7 @@ class StabiliserExplorer(Explorer):
         Slider("t", _T_GRID, label="input scale t", default=8.0),
         Slider("family", _FAMILIES, label="input family", default="two-sided"),
         Slider("variant", VARIANTS, label="highlighted variant", default="qknorm",
-               fmt=lambda v: _LABELS[v].replace("$", "").replace("\\", "")),
+               fmt=lambda v: _PLAIN[v]),
     )
     width, height = 8.4, 3.2
 
