@@ -22,16 +22,23 @@ def _fd_constant(H, p, h=1e-6):
     return np.linalg.norm(np.array(cols).T, 2)
 
 
-@pytest.mark.parametrize("qk", [False, True])
-def test_attention_constants_match_a_dense_jacobian_of_the_trained_sublayer(qk):
+def _tiny_run(qk):
+    """A 5-step run at d = 8, two heads; two sequences; the blocks in float64 and the
+    attention sublayers' inputs, computed with the encoder's own functions."""
     kw = {"layers": 2, "d": 8, "heads": 2, "vocab": 6, "n_tokens": 4, "batch": 4, "steps": 5}
     model = train_reversal("pre", 3e-2, 0, 0, qk_norm=qk, **kw).run(0)
     tokens = np.array([[0, 1, 2, 3], [5, 5, 1, 0]])
-    got = lg.attention_constants(model, tokens, qk, tol=1e-10)
     blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, float) for k, v in p.items()}
               for p in model["blocks"]]
     X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
     H = transformer.attention_inputs(blocks, X, variant="pre")
+    return model, tokens, blocks, H
+
+
+@pytest.mark.parametrize("qk", [False, True])
+def test_attention_constants_match_a_dense_jacobian_of_the_trained_sublayer(qk):
+    model, tokens, blocks, H = _tiny_run(qk)
+    got = lg.attention_constants(model, tokens, qk, tol=1e-10)
     for l_, p in enumerate(blocks):
         for b in range(2):
             assert got[l_, b] == pytest.approx(_fd_constant(H[l_][b], p), rel=1e-6)
@@ -82,14 +89,8 @@ def test_ln_gain_is_one_over_the_per_token_deviation():
 def test_value_path_is_the_norm_of_a_dense_kronecker_reference(qk):
     """The value term sum_h P_h E W_V^h W_O^h is (row-major vec) sum_h P_h kron (W_V^h W_O^h)^T,
     with P from a plain-numpy softmax of the (optionally LayerNormed) logits."""
-    kw = {"layers": 2, "d": 8, "heads": 2, "vocab": 6, "n_tokens": 4, "batch": 4, "steps": 5}
-    model = train_reversal("pre", 3e-2, 0, 0, qk_norm=qk, **kw).run(0)
-    tokens = np.array([[0, 1, 2, 3], [5, 5, 1, 0]])
+    model, tokens, blocks, H = _tiny_run(qk)
     got = lg.attention_constants(model, tokens, qk, tol=1e-10, value_path=True)
-    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, float) for k, v in p.items()}
-              for p in model["blocks"]]
-    X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
-    H = transformer.attention_inputs(blocks, X, variant="pre")
     ln = lambda z: (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True)  # noqa: E731
                                                              + transformer.EPS)
     for l_, p in enumerate(blocks):
@@ -110,15 +111,9 @@ def test_head_bounds_match_dense_jacobians_of_each_head():
     """Each head's constant is the central-difference Jacobian of the encoder's own sublayer
     with the other heads' value columns zeroed (their outputs vanish), with W_O for L_i and
     the identity for c_i; the exact constant is the whole sublayer's."""
-    kw = {"layers": 2, "d": 8, "heads": 2, "vocab": 6, "n_tokens": 4, "batch": 4, "steps": 5}
-    model = train_reversal("pre", 3e-2, 0, 0, **kw).run(0)
-    tokens = np.array([[0, 1, 2, 3], [5, 5, 1, 0]])
+    model, tokens, blocks, H = _tiny_run(False)
     got = lg.head_bounds(model, tokens, tol=1e-10)
     assert got.shape == (2, 2, 3)
-    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, float) for k, v in p.items()}
-              for p in model["blocks"]]
-    X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
-    H = transformer.attention_inputs(blocks, X, variant="pre")
     for l_, p in enumerate(blocks):
         for b in range(2):
             L, c = [], []
