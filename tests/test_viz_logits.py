@@ -22,16 +22,23 @@ def _fd_constant(H, p, h=1e-6):
     return np.linalg.norm(np.array(cols).T, 2)
 
 
-@pytest.mark.parametrize("qk", [False, True])
-def test_attention_constants_match_a_dense_jacobian_of_the_trained_sublayer(qk):
+def _tiny_run(qk):
+    """A 5-step run at d = 8, two heads; two sequences; the blocks in float64 and the
+    attention sublayers' inputs, computed with the encoder's own functions."""
     kw = {"layers": 2, "d": 8, "heads": 2, "vocab": 6, "n_tokens": 4, "batch": 4, "steps": 5}
     model = train_reversal("pre", 3e-2, 0, 0, qk_norm=qk, **kw).run(0)
     tokens = np.array([[0, 1, 2, 3], [5, 5, 1, 0]])
-    got = lg.attention_constants(model, tokens, qk, tol=1e-10)
     blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, float) for k, v in p.items()}
               for p in model["blocks"]]
     X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
     H = transformer.attention_inputs(blocks, X, variant="pre")
+    return model, tokens, blocks, H
+
+
+@pytest.mark.parametrize("qk", [False, True])
+def test_attention_constants_match_a_dense_jacobian_of_the_trained_sublayer(qk):
+    model, tokens, blocks, H = _tiny_run(qk)
+    got = lg.attention_constants(model, tokens, qk, tol=1e-10)
     for l_, p in enumerate(blocks):
         for b in range(2):
             assert got[l_, b] == pytest.approx(_fd_constant(H[l_][b], p), rel=1e-6)
@@ -45,6 +52,9 @@ def test_sweep_shapes_and_invariants():
         assert a["max_logit"].shape == (2, 1, 3, 2) and a["lipschitz"].shape == (2, 1, 2, 2)
         assert a["loss"].shape == (2, 1, 30) and a["value_path"].shape == (2, 1, 2)
         assert np.array_equal(a["lipschitz"][0, :, 0], a["lipschitz"][1, :, 0])  # same init
+    assert sw[False]["heads"].shape == (2, 1, 2, lg.PROBE["batch"], 3) and "heads" not in sw[True]
+    hb = sw[False]["heads"]
+    assert np.all(hb[..., 0] <= hb[..., 1:].min(axis=-1) * (1 + 1e-5))   # the heads theorem
     d_h = lg.TRAIN["d"] // lg.TRAIN["heads"]
     assert np.all(sw[True]["max_logit"] <= np.sqrt(d_h))     # |LN(q)| <= sqrt(d_h)
 
@@ -79,14 +89,8 @@ def test_ln_gain_is_one_over_the_per_token_deviation():
 def test_value_path_is_the_norm_of_a_dense_kronecker_reference(qk):
     """The value term sum_h P_h E W_V^h W_O^h is (row-major vec) sum_h P_h kron (W_V^h W_O^h)^T,
     with P from a plain-numpy softmax of the (optionally LayerNormed) logits."""
-    kw = {"layers": 2, "d": 8, "heads": 2, "vocab": 6, "n_tokens": 4, "batch": 4, "steps": 5}
-    model = train_reversal("pre", 3e-2, 0, 0, qk_norm=qk, **kw).run(0)
-    tokens = np.array([[0, 1, 2, 3], [5, 5, 1, 0]])
+    model, tokens, blocks, H = _tiny_run(qk)
     got = lg.attention_constants(model, tokens, qk, tol=1e-10, value_path=True)
-    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, float) for k, v in p.items()}
-              for p in model["blocks"]]
-    X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
-    H = transformer.attention_inputs(blocks, X, variant="pre")
     ln = lambda z: (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True)  # noqa: E731
                                                              + transformer.EPS)
     for l_, p in enumerate(blocks):
@@ -101,3 +105,32 @@ def test_value_path_is_the_norm_of_a_dense_kronecker_reference(qk):
                 P /= P.sum(1, keepdims=True)
                 J = J + np.kron(P, (p["W_V"][:, sl] @ p["W_O"][sl]).T)
             assert got[l_, b] == pytest.approx(np.linalg.norm(J, 2), rel=1e-8)
+
+
+def test_head_bounds_match_dense_jacobians_of_each_head():
+    """Each head's constant is the central-difference Jacobian of the encoder's own sublayer
+    with the other heads' value columns zeroed (their outputs vanish), with W_O for L_i and
+    the identity for c_i; the exact constant is the whole sublayer's."""
+    model, tokens, blocks, H = _tiny_run(False)
+    got = lg.head_bounds(model, tokens, tol=1e-10)
+    assert got.shape == (2, 2, 3)
+    for l_, p in enumerate(blocks):
+        for b in range(2):
+            L, c = [], []
+            for h in range(2):
+                keep = np.zeros(8)
+                keep[4 * h:4 * h + 4] = 1
+                head = p | {"W_V": p["W_V"] * keep, "b_O": 0 * p["b_O"]}
+                L.append(_fd_constant(H[l_][b], head))
+                c.append(_fd_constant(H[l_][b], head | {"W_O": np.eye(8)}))
+            ref = (_fd_constant(H[l_][b], p), sum(L),
+                   np.linalg.norm(p["W_O"], 2) * np.sqrt(np.sum(np.square(c))))
+            np.testing.assert_allclose(got[l_, b], ref, rtol=1e-6)
+            assert ref[0] <= min(ref[1:]) * (1 + 1e-9)        # the heads theorem
+
+
+def test_head_bounds_refuse_a_qk_normed_model():
+    kw = {"layers": 1, "d": 8, "heads": 2, "vocab": 6, "n_tokens": 4, "batch": 4, "steps": 1}
+    model = train_reversal("pre", 3e-2, 0, 0, qk_norm=True, **kw).run(0)
+    with pytest.raises(ValueError, match="model"):
+        lg.head_bounds(model, np.array([[0, 1, 2, 3]]))

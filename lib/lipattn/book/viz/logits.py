@@ -23,12 +23,13 @@ from ... import transformer
 from ..._blas import single_threaded
 from ...lanczos import jacobian_norm
 from ...layernorm import layer_norm_jacobian_norm
-from ...layers import attention_core_jvp, attention_core_vjp, layer_lipschitz
+from ...layers import MultiHeadAttention, attention_core_jvp, attention_core_vjp, layer_lipschitz
 from ...stabilisers import StabilisedAttention
 from ...training import reversal_batch, train_reversal
 from .. import plotting
+from .real import head_constants
 
-__all__ = ["SWEEP", "TRAIN", "logit_sweep", "attention_constants", "summary",
+__all__ = ["SWEEP", "TRAIN", "logit_sweep", "attention_constants", "head_bounds", "summary",
            "fig_logit_sweep"]
 
 #: The grid: peak learning rates (constant, no warm-up) x seeds.
@@ -67,10 +68,7 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
     -------
     L : ndarray, shape (layers, B)
     """
-    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, dtype=float)
-               for k, v in p.items()} for p in model["blocks"]]
-    X = np.asarray(model["embed"], dtype=float)[tokens] + np.asarray(model["pos"], dtype=float)
-    H = transformer.attention_inputs(blocks, X, variant="pre")
+    blocks, H = _attention_inputs(model, tokens)
     out = np.zeros((len(blocks), len(tokens)))
     for l_, p in enumerate(blocks):
         layer = StabilisedAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"],
@@ -80,6 +78,50 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
         for b in range(len(tokens)):
             out[l_, b] = (_value_norm(layer, H[l_][b], tol) if value_path
                           else layer_lipschitz(layer, H[l_][b], tol=tol).value)
+    return out
+
+
+def _attention_inputs(model: dict, tokens: np.ndarray) -> tuple[list, list]:
+    """The model's blocks in float64 and each attention sublayer's input LN_1(X_l)."""
+    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, dtype=float)
+               for k, v in p.items()} for p in model["blocks"]]
+    X = np.asarray(model["embed"], dtype=float)[tokens] + np.asarray(model["pos"], dtype=float)
+    return blocks, transformer.attention_inputs(blocks, X, variant="pre")
+
+
+def head_bounds(model: dict, tokens: np.ndarray, *, tol: float = 1e-6) -> np.ndarray:
+    r"""The two bounds of the heads theorem on a trained model's attention sublayers.
+
+    For each layer l and sequence b, at the sublayer's actual input
+    :math:`H = \mathrm{LN}_1(X_l)`: the exact constant of the layer, the sum over
+    heads of the exact constants :math:`L_i` of each head through its rows of
+    :math:`W_O`, and :math:`\|W_O\|_2 (\sum_i c_i^2)^{1/2}` with :math:`c_i` the
+    exact constant of head i alone (:func:`lipattn.book.viz.real.head_constants`;
+    every constant by Golub–Kahan–Lanczos to the relative tolerance ``tol``).
+
+    Parameters
+    ----------
+    model : dict
+        One Pre-LN run without QK-norm, from :meth:`lipattn.training.TrainResult.run`.
+    tokens : ndarray of int, shape (B, n_tokens)
+
+    Returns
+    -------
+    ndarray, shape (layers, B, 3)
+        ``[..., 0]`` the exact constant, ``[..., 1]`` the sum, ``[..., 2]`` the
+        root-sum-square form.
+    """
+    blocks, H = _attention_inputs(model, tokens)
+    if any(p.get("qk_norm", False) for p in blocks):
+        raise ValueError("model must be trained without QK-norm (the heads theorem's "
+                         "layer is plain multi-head attention)")
+    out = np.zeros((len(blocks), len(tokens), 3))
+    for l_, p in enumerate(blocks):
+        layer = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"],
+                                   n_head=int(p["heads"]))
+        for b in range(len(tokens)):
+            c = head_constants(layer, H[l_][b], tol=tol)
+            out[l_, b] = c["exact"], c["sum"], c["sqrt_form"]
     return out
 
 
@@ -126,7 +168,10 @@ def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
         the last checkpoint for the value term alone (``value_path=True``);
         ``"ln_gain"`` (n_lr, n_seed, n_ckpt, layers): the median over the probe
         tokens of :math:`1/s`, the norm of the Jacobian of the layer's first
-        LayerNorm (before its gain) at the residual stream entering it.
+        LayerNorm (before its gain) at the residual stream entering it;
+        and in the arm without QK-norm only, ``"heads"`` (n_lr, n_seed, layers,
+        B, 3): :func:`head_bounds` at the last checkpoint for each probe sequence
+        (the exact constant, the sum over heads, the root-sum-square form).
     """
     lr = np.repeat(np.asarray(lrs, dtype=float), len(seeds))
     sd = np.tile(np.asarray(seeds), len(lrs))
@@ -152,6 +197,10 @@ def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
                    "lipschitz": lip.reshape(*shape, *lip.shape[1:]),
                    "value_path": vp.reshape(*shape, -1),
                    "ln_gain": gain.reshape(*shape, *gain.shape[1:])}
+        if not qk:
+            hb = np.array([head_bounds(res.run(i, at=kw["keep_at"][-1]), tokens)
+                           for i in range(lr.size)])
+            out[qk]["heads"] = hb.reshape(*shape, *hb.shape[1:])
     return out
 
 
