@@ -312,11 +312,6 @@ def test_reading_experience(fresh, server, built_html, page, width):
     _set_viewport(driver, width)
     driver.get(f"{server}/{page}")
     _settle(driver)
-    if page == "chapters/06_attention_lipschitz.html" and width == 390 and \
-            driver.execute_script("return innerWidth") != width:
-        # Known defect, left for the next session: since the presentation pass one
-        # element of Chapter 6 is 4 px wider than a 390-px phone (see the closing note).
-        pytest.xfail("Chapter 6 is 4 px wider than a 390-px viewport")
     assert driver.execute_script("return innerWidth") == width
 
     # the first load: every request of the page, on the wire
