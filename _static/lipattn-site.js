@@ -6,7 +6,8 @@
   /* Scroll boxes that overflow (wide formulas, figures on a phone) take keyboard focus. */
   function focusable() {
     var boxes = document.querySelectorAll(
-      'mjx-container[display="true"], .cell_output, .lipattn-player .lp-frame-box,' +
+      'mjx-container[display="true"], mjx-container.lp-wide-inline, .cell_output,' +
+      ' .lipattn-player .lp-frame-box,' +
       ' .pst-scrollable-table-container, div.math');
     for (var i = 0; i < boxes.length; i++) {
       var b = boxes[i], style = getComputedStyle(b);
@@ -30,6 +31,24 @@
       e.style.fontSize = "";
       var ratio = e.clientWidth / e.scrollWidth;
       if (ratio < 1 && ratio >= 0.8) { e.style.fontSize = (100 * ratio - 1).toFixed(1) + "%"; }
+    }
+    /* Inline formulas wider than their line's whole column (MathJax 3 does not
+       break them; on a phone they would run past the column and be clipped):
+       scaled to fit down to 80 %, else they become a small scroll box of their
+       own. Formulas in closed folds are measured when the fold opens. */
+    var inl = document.querySelectorAll('mjx-container[jax="CHTML"]:not([display="true"])');
+    for (var j = 0; j < inl.length; j++) {
+      var m = inl[j], block = m.parentElement && m.parentElement.closest(
+        "p, li, dd, dt, td, th, figcaption, .admonition, details, div");
+      if (!block || !m.getClientRects().length) { continue; }
+      m.style.fontSize = "";
+      m.classList.remove("lp-wide-inline");
+      var cs = getComputedStyle(block);
+      var avail = block.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+      var w = m.getBoundingClientRect().width;
+      if (avail <= 0 || w <= avail + 1) { continue; }
+      if (avail / w >= 0.8) { m.style.fontSize = (100 * avail / w - 1).toFixed(1) + "%"; }
+      else { m.classList.add("lp-wide-inline"); }
     }
   }
 
@@ -108,6 +127,10 @@
     document.addEventListener("DOMContentLoaded", function () { setTimeout(ready, 0); });
   } else { setTimeout(ready, 0); }
   var timer = null;
+  /* A fold opening shows formulas that could not be measured while closed. */
+  document.addEventListener("toggle", function (ev) {
+    if (ev.target.open && root.classList.contains("lp-math-done")) { fitMath(); focusable(); }
+  }, true);
   window.addEventListener("resize", function () {
     clearTimeout(timer);
     timer = setTimeout(function () { if (root.classList.contains("lp-math-done")) { fitMath(); focusable(); } }, 150);

@@ -364,11 +364,36 @@ def test_reading_experience(fresh, server, built_html, page, width):
         ".filter(e => e.scrollWidth > e.clientWidth + 2 && e.tabIndex < 0)"
         ".map(e => (e.closest('.math') || e).textContent.slice(0, 40))")
     assert not clipped, clipped
+
+    # inline formulas, folded proofs opened: none runs past a box that clips it
+    driver.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+    _settle(driver)   # the folds' toggle events re-measure their formulas
+    clipped = driver.execute_script(_INLINE_CLIPPED)
+    assert not clipped, f"{page} at {width} px: inline formulas clipped: {clipped[:5]}"
     if width == 390:
         shots = built_html.parent / "screenshots"
         shots.mkdir(exist_ok=True)
         driver.save_screenshot(str(shots / (Path(page).stem + "-390.png")))
 
+
+# Inline formulas whose right edge passes the right edge of the nearest ancestor
+# that clips (overflow other than visible), or of the viewport; a box that scrolls
+# and takes keyboard focus (.lp-scroll) is allowed to hold a wider formula.
+_INLINE_CLIPPED = """
+return Array.from(document.querySelectorAll('mjx-container:not([display="true"])'))
+  .filter(e => e.getClientRects().length && !e.parentElement.closest('mjx-container'))
+  .map(e => {
+    let r = innerWidth, p = e.parentElement;
+    for (; p && p !== document.body; p = p.parentElement) {
+      if (p.classList.contains('lp-scroll')) { return null; }
+      if (getComputedStyle(p).overflowX !== 'visible') {
+        r = p.getBoundingClientRect().right; break; }
+    }
+    const over = e.getBoundingClientRect().right - r;
+    return over > 1 ? [(e.closest('.math') || e).textContent.slice(0, 40), Math.round(over)]
+                    : null; })
+  .filter(x => x);
+"""
 
 _AXE_RUN = """
 const done = arguments[arguments.length - 1];
