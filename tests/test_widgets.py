@@ -197,3 +197,33 @@ def test_in_a_kernel_one_output_carries_the_widget_and_the_player():
     view = out.data["application/vnd.jupyter.widget-view+json"]
     assert view["model_id"] in nb.metadata["widgets"][
         "application/vnd.jupyter.widget-state+json"]["state"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPLORERS))
+def test_explorer_text_stays_inside_its_frame(name):
+    """No readout, title or label of a frame runs past the frame's edge (a long
+    title was cut off at the right of the power-iteration player), at every
+    slider's first and last value and at random positions."""
+    import itertools
+
+    ex = get_explorer(name)
+    specs = ex.slider_specs
+    grid = list(itertools.product(*[list(s.values) for s in specs]))
+    rng = np.random.default_rng(0)
+    ends = [tuple(s.values[0] for s in specs), tuple(s.values[-1] for s in specs)]
+    pick = ends + [grid[i] for i in rng.choice(len(grid), min(14, len(grid)), replace=False)]
+    renderer = ex.fig.canvas.get_renderer()
+    W, H = ex.fig.bbox.width, ex.fig.bbox.height
+    out = set()
+    for values in pick:
+        ex.render(**dict(zip([s.name for s in specs], values, strict=True)))
+        for t in ex.fig.findobj(Text):
+            text = t.get_text().strip()
+            # tick labels outside the view limits exist but are never drawn
+            if not t.get_visible() or not text or "mathdefault" in text \
+                    or text.lstrip("−-").replace(".", "").isdigit():
+                continue
+            bb = t.get_window_extent(renderer)
+            if bb.x0 < -1 or bb.x1 > W + 1 or bb.y0 < -1 or bb.y1 > H + 1:
+                out.add(text[:40])
+    assert not out, f"{name}: text outside the frame: {sorted(out)}"

@@ -394,7 +394,7 @@ class DepthExplorer(Explorer):
         for line in (self._s_line, self._d_line):
             line.set_color(color)
         self._g_title.set_text(f"{VARIANT_NAMES[variant]}: {matrix}")
-        self._text.set_text(f"last/first layer, median over seeds: {med(g[:, -1] / g[:, 0]):.3g}\n"
+        self._text.set_text(f"last/first layer (median): {med(g[:, -1] / g[:, 0]):.3g}\n"
                             f"output diversity (median): {med(p.diversity[:, -1]):.2g}")
 
 

@@ -723,9 +723,9 @@ class DExplorer(Explorer):
         jm = float(data.jac[k].mean())
         self._jac_mean.set_xdata([jm, jm])
         self._jac_uniform.set_xdata([1 / n_keys, 1 / n_keys])
-        self._jac_text.set_text(f"‖J‖₂ over {data.jac.shape[1]} queries: median "
+        self._jac_text.set_text(f"‖J‖₂, {data.jac.shape[1]} queries: median "
                                 f"{np.median(data.jac[k]):.2g}, {np.mean(data.jac[k] > 0.25):.0%}"
-                                " above 1/4")
+                                " > 1/4")
         dd = data.d.astype(float)
         means = (data.jac.mean(axis=1), data.entropy.mean(axis=1) / math.log(max(n_keys, 2)),
                  data.max_p.mean(axis=1))

@@ -718,8 +718,8 @@ class PowerExplorer(Explorer):
         self._pred.set_ydata(np.maximum(pred, _ERR_FLOOR))
         self._all.set_ydata(err)
         self._done.set_data(np.arange(1, k + 1), err[:k])
-        note = "stuck at σ₂" if angle == 90 else f"×{rho**4:.3g} per step"
-        self._text.set_text(f"‖Wvₖ‖ = {sig[k - 1]:.10f}, error {1 - sig[k - 1]:.1e}, {note}")
+        note = "stuck at σ₂" if angle == 90 else f"×{rho**4:.3g}/step"
+        self._text.set_text(f"‖Wvₖ‖ = {sig[k - 1]:.8f}, err {1 - sig[k - 1]:.1e}, {note}")
 
 
 # --------------------------------------------------------------------------
