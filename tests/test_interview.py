@@ -110,7 +110,7 @@ def test_chinese_typography():
         assert not re.search(r"本章|这里|我们的|第 ?\d ?章|详见", prose), (where, text)
         assert not re.search(r"残差(?!连接|流)", prose), (where, text)
     zh = iv.answer(iv.CHAPTERS[0], "zh")
-    assert zh.startswith("**30 秒回答**：") and "：** " not in zh and "** " not in zh
+    assert zh.startswith("**一分钟回答**：") and "：** " not in zh and "** " not in zh
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
