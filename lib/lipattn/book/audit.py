@@ -199,7 +199,7 @@ CLAIMS: tuple[Claim, ...] = (
                r"is small; with plain, unscaled skip connections the rank survives, but the "
                r"relative deviation still decays geometrically.",
          "zh": r"纯注意力堆叠在接近崩溃时是**双指数**收敛（每过一层，token 相对均值的偏离量"
-               r"大致变成原来的三次方），而且要等偏离量足够小才成立；只有普通残差连接、分支不缩放时，"
+               r"大致变成原来的三次方），而且要等偏离量足够小才成立；在分支不缩放的普通残差连接下，"
                r"秩虽然保留，相对偏离量仍按几何速度衰减。"},
     ),
     Claim(
