@@ -368,3 +368,45 @@ def test_folding_the_scale_into_w_q_changes_the_update_of_the_logits():
     da = logits(wq - 1e-3 * np.sign(grad_a), d ** -0.5) - logits(wq, d ** -0.5)
     db = logits(wq / np.sqrt(d) - 1e-3 * np.sign(grad_b), 1.0) - logits(wq / np.sqrt(d), 1.0)
     assert np.allclose(db, np.sqrt(d) * da)
+
+
+def test_gcn_normalised_adjacency_is_symmetric_and_contracts_at_s_times_lambda():
+    """Ch3 follow-up: GCN's D^-1/2 (A + I) D^-1/2 is symmetric, not row-stochastic;
+    its top eigenvector is sqrt(degree), and with ReLU the distance to that
+    eigenspace shrinks by at most s * |lambda_2| per layer (Oono & Suzuki)."""
+    rng = np.random.default_rng(6)
+    adj = np.triu((rng.uniform(size=(7, 7)) < 0.5).astype(float), 1)
+    adj = adj + adj.T + np.eye(7)
+    adj[np.arange(6), np.arange(1, 7)] = adj[np.arange(1, 7), np.arange(6)] = 1.0  # connected
+    deg = adj.sum(1)
+    a_hat = adj / np.sqrt(np.outer(deg, deg))
+    assert np.allclose(a_hat, a_hat.T) and not np.allclose(a_hat.sum(1), 1.0)
+    lam, vec = np.linalg.eigh(a_hat)
+    assert abs(lam[-1] - 1) < 1e-12
+    assert np.allclose(np.abs(vec[:, -1]), np.sqrt(deg / deg.sum()))
+    lam2, e = max(abs(lam[0]), abs(lam[-2])), np.sqrt(deg / deg.sum())
+
+    def dist(x):  # distance to span(e) (x) R^c
+        return np.linalg.norm(x - np.outer(e, e @ x))
+
+    x = rng.normal(size=(7, 4))
+    for _ in range(6):
+        w = rng.normal(size=(4, 4))
+        s = np.linalg.norm(w, 2)
+        new = np.maximum(a_hat @ x @ w, 0.0)
+        assert dist(new) <= s * lam2 * dist(x) * (1 + 1e-12)
+        x = new / s
+
+
+def test_products_with_w_cannot_certify_an_upper_bound():
+    """Ch5 follow-up: W + c a b^T, with b orthogonal to every vector W was applied
+    to and a to every vector W^T was applied to, answers every probe alike while
+    its top singular value grows without bound."""
+    rng = np.random.default_rng(7)
+    w, vs, us = rng.normal(size=(6, 5)), rng.normal(size=(5, 4)), rng.normal(size=(6, 4))
+    b = np.linalg.svd(vs.T)[2][-1]  # orthogonal to the 4 probes of W
+    a = np.linalg.svd(us.T)[2][-1]  # orthogonal to the 4 probes of W^T
+    for c in (10.0, 1e3):
+        w2 = w + c * np.outer(a, b)
+        assert np.allclose(w2 @ vs, w @ vs) and np.allclose(w2.T @ us, w.T @ us)
+        assert np.linalg.norm(w2, 2) >= c - np.linalg.norm(w, 2)
