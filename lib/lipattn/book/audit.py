@@ -226,13 +226,15 @@ CLAIMS: tuple[Claim, ...] = (
         {"en": r"Xiong et al. bound the last layer's gradient at initialisation: order "
                r"$d\sqrt{\ln d}$ for Post-LN whatever the depth, $d\sqrt{\ln d/L}$ for Pre-LN; "
                r"whether the other layers' gradients are flat depends on the setting (NormFormer "
-               r"reports Pre-LN's early layers with much larger ones); warm-up is usually "
-               r"explained by Post-LN's amplification of updates with depth (Liu et al.) or by "
+               r"reports Pre-LN's early layers with much larger ones during pretraining); "
+               r"warm-up is usually explained by Post-LN's amplification of updates with depth "
+               r"(Liu et al.) or by "
                r"Adam's noisy early variance (RAdam).",
          "zh": r"Xiong 等人给出初始化时最后一层梯度的上界：Post-LN 为 $d\sqrt{\ln d}$ 量级，"
                r"与深度无关；Pre-LN 为 $d\sqrt{\ln d/L}$；其他各层的梯度是否平坦要看具体设置"
-               r"（NormFormer 报告 Pre-LN 浅层的梯度大得多）；预热通常被解释为抵消 Post-LN 随深度"
-               r"放大参数更新的效应（Liu 等人），或归因于 Adam 早期的方差估计不可靠（RAdam）。"},
+               r"（NormFormer 报告 Pre-LN 预训练时浅层的梯度大得多）；"
+               r"预热通常被解释为抵消 Post-LN 随深度放大参数更新的效应（Liu 等人），"
+               r"或归因于 Adam 早期的方差估计不可靠（RAdam）。"},
     ),
     Claim(
         6, "Spectral normalisation",
