@@ -163,7 +163,8 @@ CLAIMS: tuple[Claim, ...] = (
               "imprecise", r"in the rate: $\mathbb E\|J\|_2$ falls like $1/\sigma$, not "
               r"exponentially, and the $W_Q$ gradient vanishes for typical queries only, "
               r"not on average.")),
-        r"$\Var(q \cdot k) = d_k$ exactly. Typical queries saturate, but only polynomially: "
+        r"$\Var(q \cdot k) = d_k$ exactly. Each typical query saturates exponentially in its "
+        r"logit gap, but on average only polynomially: "
         r"$\mathbb E\|J\|_2 = \Theta(1/\sigma)$, about $d_k^{-1/2}$, held up by near-ties. "
         r"The logit gradient shrinks, and so does the query gradient of most queries; "
         r"a few near-tie queries get large ones, so the $W_Q$ gradient stays of order 1 "
@@ -171,10 +172,12 @@ CLAIMS: tuple[Claim, ...] = (
         r"Variance $d_k$; saturation like $1/\sigma$, not exponential; the $W_Q$ gradient "
         r"vanishes for typical queries only.",
         "02_scaling_saturation", ("thm-dot-moments", "thm-n-key"),
-        {"en": r"Without $1/\sqrt{d_k}$, saturation is polynomial ($\Theta(1/\sigma)$), not "
-               r"exponential; the $W_Q$ gradient vanishes for most queries but not on average.",
-         "zh": r"不除以 $\sqrt{d_k}$ 时，饱和是多项式速度（$\Theta(1/\sigma)$）而非指数速度；"
-               r"梯度消失只发生在多数 query 上，$W_Q$ 梯度的平均值并不消失。"},
+        {"en": r"Without $1/\sqrt{d_k}$, each query saturates exponentially in its logit gap, "
+               r"but on average saturation is polynomial ($\mathbb E\|J\|_2 = \Theta(1/\sigma)$); "
+               r"the $W_Q$ gradient vanishes for most queries but not on average.",
+         "zh": r"不除以 $\sqrt{d_k}$ 时，单个 query 按其 logit 间隔指数级饱和，但平均意义下的饱和"
+               r"只是多项式级的（$\mathbb E\|J\|_2 = \Theta(1/\sigma)$）；大多数 query 的梯度确实"
+               r"消失了，但 $W_Q$ 的平均梯度并不消失。"},
     ),
     Claim(
         4, "Rank collapse without residual connections",
@@ -193,18 +196,19 @@ CLAIMS: tuple[Claim, ...] = (
         "03_rank_collapse", ("thm-cubic", "cor-unroll"),
         {"en": r"Pure attention collapses *doubly* exponentially near collapse (one layer "
                r"cubes the tokens' deviation from their mean), and only once that deviation "
-               r"is small; with skip connections the rank survives, but the normalised tokens "
-               r"still converge.",
-         "zh": r"纯注意力堆叠在接近崩溃时是**双指数**收敛（每一层把 token 相对平均 token 的"
-               r"偏离量立方），而且要等偏离量足够小才成立；有残差连接时秩得以保留，但归一化后的 "
-               r"token 仍然趋于相同。"},
+               r"is small; with plain, unscaled skip connections the rank survives, but the "
+               r"relative deviation still decays geometrically.",
+         "zh": r"纯注意力堆叠在接近崩溃时是**双指数**收敛（每过一层，token 相对均值的偏离量"
+               r"大致变成原来的三次方），而且要等偏离量足够小才成立；在分支不缩放的普通残差连接下，"
+               r"秩虽然保留，相对偏离量仍按几何速度衰减。"},
     ),
     Claim(
         5, "Pre-LN gradients and warm-up",
         (Part(r"Pre-LN provides a constant gradient norm at initialisation,", "imprecise",
-              r"depends on the setting: nearly flat across layers in Xiong et al.'s "
-              r"experiments (as we recall their figures), falling towards the output in "
-              r"the book's small encoders; their theorem is about the last layer only."),
+              r"depends on the setting: Xiong et al.'s theorem is about the last layer only; "
+              r"NormFormer reports early layers' gradients much larger than later ones' in "
+              r"Pre-LN pretraining, and in the book's small encoders they fall towards the "
+              r"output."),
          Part(r"so it trains stably without warm-up.", "imprecise",
               r"in the reason: what warm-up tames is the amplification of parameter "
               r"changes with depth.")),
@@ -219,17 +223,18 @@ CLAIMS: tuple[Claim, ...] = (
         r"they fall towards the output); the last layer's is bounded like $L^{-1/2}$; warm-up "
         r"is usually explained by amplification.",
         "04_prenorm_postnorm", ("def-variants",),
-        {"en": r"Pre-LN's gradient norms need not be constant across layers (in the book's "
-               r"small encoders they fall towards the output); Xiong et al. bound the last "
-               r"layer's gradient only (an upper bound of order $d\sqrt{\ln d/L}$); warm-up "
-               r"is usually explained by Post-LN's "
-               r"amplification of updates with depth (Liu et al.), and in small runs the "
-               r"failures went with falling token diversity, a correlation.",
-         "zh": r"Pre-LN 各层的梯度范数不一定恒定（在本书的小型编码器中朝输出方向递减）；"
-               r"Xiong 等人只给出了最后一层梯度的上界（$d\sqrt{\ln d/L}$ 量级）；"
-               r"预热通常被解释为抵消 Post-LN 随深度"
-               r"放大参数更新的效应（Liu 等人），而在小规模实验中，"
-               r"训练失败与 token 多样性持续下降同时出现，这只是相关关系。"},
+        {"en": r"Xiong et al. bound the last layer's gradient at initialisation: order "
+               r"$d\sqrt{\ln d}$ for Post-LN whatever the depth, $d\sqrt{\ln d/L}$ for Pre-LN; "
+               r"whether the other layers' gradients are flat depends on the setting (NormFormer "
+               r"reports Pre-LN's early layers with much larger ones during pretraining); "
+               r"warm-up is usually explained by Post-LN's amplification of updates with depth "
+               r"(Liu et al.) or by "
+               r"Adam's noisy early variance (RAdam).",
+         "zh": r"Xiong 等人给出初始化时最后一层梯度的上界：Post-LN 为 $d\sqrt{\ln d}$ 量级，"
+               r"与深度无关；Pre-LN 为 $d\sqrt{\ln d/L}$；其他各层的梯度是否平坦要看具体设置"
+               r"（NormFormer 报告 Pre-LN 预训练时浅层的梯度大得多）；"
+               r"预热通常被解释为抵消 Post-LN 随深度放大参数更新的效应（Liu 等人），"
+               r"或归因于 Adam 早期的方差估计不可靠（RAdam）。"},
     ),
     Claim(
         6, "Spectral normalisation",
@@ -240,8 +245,8 @@ CLAIMS: tuple[Claim, ...] = (
         r"Power iteration's estimate never exceeds $\sigma_1$, so "
         r"$\|W/\hat\sigma\|_2 = \sigma_1/\hat\sigma \ge 1$: the constraint is approached from "
         r"above. Its error falls like $(\sigma_2/\sigma_1)^{4k}$. Dividing by a certified upper "
-        r"bound on $\sigma_1$ (such as $\|W\|_F$ or $\sqrt{\|W\|_1\|W\|_\infty}$) does give "
-        r"$\le 1$.",
+        r"bound on $\sigma_1$ (such as $\|W\|_F$, $\sqrt{\|W\|_1\|W\|_\infty}$ or an SVD's) "
+        r"does give $\le 1$.",
         r"$\|W/\hat\sigma\|_2 \ge 1$: the constraint is approached from above.",
         "05_spectral_normalisation", ("thm-lower-bound", "thm-rate"),
         {"en": r"Spectral normalisation gives $\|W/\hat\sigma\|_2 \ge 1$, not $\le 1$: "
@@ -258,24 +263,26 @@ CLAIMS: tuple[Claim, ...] = (
          Part(r"Spectral normalisation together with $1/\sqrt d$ scaling is the *necessary and "
               r"sufficient* guarantee against gradient explosion and rank collapse in deep "
               r"Transformers.", "ill-posed",
-              r"not measurable: it names no theorem, model or norm.")),
+              r"as worded it names no theorem, model or norm; read in the natural way, neither "
+              r"half holds (deep Transformers train without it, and with it the logits stay "
+              r"quadratic in $X$).")),
         r"Dot-product attention has no global Lipschitz constant; the worst case of its local "
         r"constant over a ball of radius $R$ grows like $R^2$, so no formula linear in "
         r"$\|X\|_2$ holds for any $C$. On tokens of norm $\le R$: "
         r"$L \le \|W_V\|_2(\min(\sqrt N, e^{aR^2}) + aR^2(1 + \min(\sqrt{N/2}, e^{aR^2})))$, "
         r"$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$. For “necessary and sufficient” the card cites "
-        r"no theorem.",
+        r"no theorem; read in the natural way, it is neither necessary nor sufficient.",
         r"No global constant; the worst case over a ball of radius $R$ grows like $R^2$.",
         "06_attention_lipschitz", ("thm-t-squared", "thm-local-bound"),
         {"en": r"No formula linear in $\|X\|$ bounds attention's Lipschitz constant: the "
                r"worst case over a ball of radius $R$ grows like $R^2$. “Necessary and "
-               r"sufficient” is not a checkable statement (no theorem, model or norm); deep "
-               r"Transformers do train without spectral normalisation, and with it the "
-               r"logits are still quadratic in $X$.",
+               r"sufficient” names no theorem, model or norm; read in the natural way it is "
+               r"neither necessary (deep Transformers train without spectral normalisation) "
+               r"nor sufficient (with it the logits are still quadratic in $X$).",
          "zh": r"任何关于 $\|X\|$ 线性的公式都不是注意力 Lipschitz 常数的上界：半径为 $R$ 的"
-               r"球上的最坏情形按 $R^2$ 增长。“充分必要”不是一个可以检验的命题（没有给出定理、"
-               r"模型或范数）；不用谱归一化，深层 Transformer 也能训练；用了谱归一化，logits "
-               r"仍是 $X$ 的二次函数。"},
+               r"球上的最坏情形按 $R^2$ 增长。“充分必要”照字面没有指明定理、模型或范数；"
+               r"按最自然的理解，它既不必要（不用谱归一化，深层 Transformer 也能训练），"
+               r"也不充分（用了谱归一化，logits 仍是 $X$ 的二次函数）。"},
     ),
     Claim(
         8, "Depth, residual scaling and LayerNorm",

@@ -6,8 +6,9 @@ and Chinese side by side. A file holds:
 ``question``
     The card's question.
 ``spoken``
-    About 30 seconds of speech (60-90 English words): the expected answer
-    first, then the precise statement, one caveat and one citation.
+    Under a minute of speech (60-90 English words, at most 200 Chinese
+    characters): the expected answer first, then the precise statement, one
+    caveat and one citation.
 ``points``
     The five-point written version, a list of five items.
 ``whiteboard``
@@ -59,10 +60,10 @@ _LANGS = ("en", "zh")
 #: a full-width colon outside the bold (CommonMark cannot close ``**`` between
 #: a punctuation mark and a Chinese character), with nothing after it.
 _LABELS = {
-    "en": {"spoken": "In 30 seconds.", "points": "The five points.",
+    "en": {"spoken": "In under a minute.", "points": "The five points.",
            "whiteboard": "On the whiteboard first:", "follow_ups": "Follow-ups.",
            "names": "Names interviewers quote."},
-    "zh": {"spoken": "30 秒回答", "points": "五个要点", "whiteboard": "先在白板上写",
+    "zh": {"spoken": "一分钟回答", "points": "五个要点", "whiteboard": "先在白板上写",
            "follow_ups": "常见追问", "names": "面试官常引用的文献"},
 }
 
