@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from .._validate import as_positive_float
-from ..layers import GatedMLP, MultiHeadAttention, RMSNorm
 from ._state import StateDict, check_dtype, check_heads
-from .decoder import Block, Decoder
+from .blocks import Layout, build_block, build_final
+from .decoder import Decoder
 from .gpt2 import _check_tokens
 
 __all__ = ["Llama"]
@@ -42,8 +42,12 @@ class Llama(Decoder):
 
     Attributes (besides :class:`~lipattn.models.decoder.Decoder`'s)
     ------------------------------------------------------------------
-    embed_tokens : ndarray, shape (vocab, d)
+    embed_tokens : ndarray or LazyTensor, shape (vocab, d)
+        (:func:`lipattn.models.load` keeps it on disk and reads the rows asked for.)
     rope_theta : float
+    embed_scale : float or None
+        Gemma's :math:`\\sqrt d` (None for the other families).
+    model_type : str
     """
 
     @classmethod
@@ -98,33 +102,25 @@ class Llama(Decoder):
             raise ValueError(f"head_dim = d / n_head = {dh} must be even for RoPE; "
                              f"got d = {d}, n_head = {n_head}")
         emb = sd.get("embed_tokens.weight", vocab_d)
-        dkv = n_kv_head * dh
         L = sd.count_layers(r"layers\.(\d+)\.")
-        blocks = []
-        for i in range(L):
-            p = f"layers.{i}."
-            a = p + "self_attn."
-            d_ff = sd.shape_of(p + "mlp.gate_proj.weight")[0]
-            bias = {k: (sd.get(a + f"{k}_proj.bias", (n,)) if a + f"{k}_proj.bias" in sd
-                        else None) for k, n in (("q", d), ("k", dkv), ("v", dkv), ("o", d))}
-            lin = lambda name, shape: np.ascontiguousarray(sd.get(name, shape).T)  # noqa: E731
-            attn = MultiHeadAttention(
-                lin(a + "q_proj.weight", (d, d)), lin(a + "k_proj.weight", (dkv, d)),
-                lin(a + "v_proj.weight", (dkv, d)), lin(a + "o_proj.weight", (d, d)),
-                n_head=n_head, n_kv_head=n_kv_head, b_Q=bias["q"], b_K=bias["k"], b_V=bias["v"],
-                b_O=bias["o"], mask="causal", rope_theta=rope_theta)
-            mlp = GatedMLP(lin(p + "mlp.gate_proj.weight", (d_ff, d)),
-                           lin(p + "mlp.up_proj.weight", (d_ff, d)),
-                           lin(p + "mlp.down_proj.weight", (d, d_ff)), act="silu")
-            norms = [RMSNorm(sd.get(p + f"{k}.weight", (d,)), eps)
-                     for k in ("input_layernorm", "post_attention_layernorm")]
-            blocks.append(Block(norms[0], attn, norms[1], mlp))
-        final = RMSNorm(sd.get("norm.weight", (d,)), eps)
+        lay = Layout("llama", "llama", d, L, n_head, n_kv_head, dh,
+                     sd.shape_of("layers.0.mlp.gate_proj.weight")[0], vocab_d[0], eps, "silu",
+                     rope_theta=rope_theta)
+        blocks = [build_block(lay, sd.get, i, has=sd.__contains__) for i in range(L)]
+        final = build_final(lay, sd.get)
         sd.finish()
         model = cls(blocks, final, n_head=n_head, n_kv_head=n_kv_head, dtype=dtype)
         model.embed_tokens, model.rope_theta, model.eps = emb, rope_theta, eps
+        model.embed_scale, model.model_type = None, "llama"
         return model
 
     def embed(self, tokens: Any) -> np.ndarray:
-        """``embed_tokens[tokens]``, shape (N, d), for token ids of shape (N,)."""
-        return self.embed_tokens[_check_tokens(tokens, self.embed_tokens.shape[0])]
+        """``embed_tokens[tokens]``, shape (N, d), for token ids of shape (N,).
+
+        Gemma's (``embed_scale`` not None) are multiplied by :math:`\\sqrt d`
+        computed in the model's dtype, as Hugging Face computes it in the hidden
+        states' dtype.
+        """
+        E = self.embed_tokens[_check_tokens(tokens, self.embed_tokens.shape[0])]
+        scale = getattr(self, "embed_scale", None)
+        return E if scale is None else E * scale
