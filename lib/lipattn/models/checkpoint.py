@@ -188,7 +188,7 @@ class Checkpoint:
                     raise FileNotFoundError(f"{index} lists the shard {f.name}, which is "
                                             f"missing from {root}")
         else:
-            other = [p.name for p in ("pytorch_model.bin", "model.bin", "tf_model.h5")
+            other = [p for p in ("pytorch_model.bin", "model.bin", "tf_model.h5")
                      if (root / p).exists()] if root.is_dir() else []
             hint = (f" ({', '.join(other)} found: save it with safe_serialization, the "
                     "default of save_pretrained)") if other else ""
