@@ -14,14 +14,18 @@ r"""The layers of real Transformers, each written once with its forward, jvp and
 - :mod:`~lipattn.layers.mlp` and :mod:`~lipattn.layers.activations` -- the
   GPT-2 MLP, the SiLU-gated MLP, and ReLU, GELU (tanh) and SiLU.
 
-Layers work on one sequence, ``X`` of shape (N, d), in the dtype of their
-weights and inputs; they do not validate (the models and the public functions
-of :mod:`lipattn.lipschitz` do). The models built from them live in
+Layers work on ``X`` of shape (..., N, d) -- one sequence, or leading batch axes
+against which the parameters' own leading axes broadcast -- in the dtype of their
+weights and inputs, and give, besides jvp and vjp, ``backward`` (the parameter
+gradients) and ``params`` (see :mod:`~lipattn.layers.base`); they do not
+validate entries (the models and the public functions of :mod:`lipattn.lipschitz`
+do). The models built from them live in
 :mod:`lipattn.models`.
 """
 
 from .activations import ACTIVATIONS, gelu_new, relu, silu
 from .attention import (
+    AttentionState,
     CoreState,
     MultiHeadAttention,
     attention_core,
@@ -30,13 +34,13 @@ from .attention import (
     attention_logits,
     softmax_jvp,
 )
-from .base import Layer, Residual, Sequential, layer_lipschitz
+from .base import Layer, Residual, Sequential, layer_lipschitz, linear, linear_t, reduce_to, wgrad
 from .mlp import MLP, GatedMLP
 from .norms import LayerNorm, RMSNorm
 from .rope import rope, rope_tables, rope_transpose
 
 __all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "MultiHeadAttention",
            "attention_core", "attention_core_jvp", "attention_core_vjp", "attention_logits",
-           "CoreState",
+           "CoreState", "AttentionState", "linear", "linear_t", "reduce_to", "wgrad",
            "softmax_jvp", "LayerNorm", "RMSNorm", "MLP", "GatedMLP", "ACTIVATIONS", "relu",
            "gelu_new", "silu", "rope", "rope_tables", "rope_transpose"]
