@@ -1,4 +1,4 @@
-"""Tests of :func:`lipattn.models.load` (:mod:`lipattn.models.families`, ``checkpoint``, ``blocks``).
+"""Tests of :func:`lipattn.models.load` (``models.families``, ``checkpoint``, ``blocks``).
 
 The project has no torch: every checkpoint here is written by this file, in
 Hugging Face's layout (``config.json`` as transformers 5 -- or 4 -- writes it
@@ -209,7 +209,7 @@ def ref_act(name, x):
     if name in ("gelu_new", "gelu_pytorch_tanh"):
         return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
     if name == "gelu":
-        return 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
+        return 0.5 * x * math.erfc(-x / math.sqrt(2))
     if name == "relu":
         return max(x, 0.0)
     return x / (1 + math.exp(-x))                                  # silu
@@ -231,7 +231,8 @@ def ref_inv_freq(dh, theta, scaling):
     f32 = np.float32
     out = []
     for i in range(0, dh, 2):
-        inv = f32(1.0) / (f32(theta) ** (f32(i) / f32(dh)))
+        # torch's float32 pow is correctly rounded: the double power rounded once
+        inv = f32(1.0) / f32(float(f32(theta)) ** float(f32(i) / f32(dh)))
         if scaling is not None:
             fac, lo, hi = f32(scaling["factor"]), scaling["low_freq_factor"], \
                 scaling["high_freq_factor"]
@@ -271,7 +272,7 @@ def ref_forward(cfg, T, X, *, stop=None, final=False):
             Y = np.array([ref_layernorm(x, T[p + "ln_1.weight"], T[p + "ln_1.bias"], eps)
                           for x in X])
             qkv = Y @ T[p + "attn.c_attn.weight"] + T[p + "attn.c_attn.bias"]
-            O = np.zeros((N, D))
+            Oh = np.zeros((N, D))
             for hd in range(nh):
                 cols = slice(hd * dh, (hd + 1) * dh)
                 q, k, v = qkv[:, :D][:, cols], qkv[:, D:2 * D][:, cols], qkv[:, 2 * D:][:, cols]
@@ -280,8 +281,8 @@ def ref_forward(cfg, T, X, *, stop=None, final=False):
                     s = [scale * sum(q[t, j] * k[u, j] for j in range(dh)) for u in range(t + 1)]
                     m = max(s)
                     e = [math.exp(v_ - m) for v_ in s]
-                    O[t, cols] = sum(e[u] / sum(e) * v[u] for u in range(t + 1))
-            X = X + O @ T[p + "attn.c_proj.weight"] + T[p + "attn.c_proj.bias"]
+                    Oh[t, cols] = sum(e[u] / sum(e) * v[u] for u in range(t + 1))
+            X = X + Oh @ T[p + "attn.c_proj.weight"] + T[p + "attn.c_proj.bias"]
             Y = np.array([ref_layernorm(x, T[p + "ln_2.weight"], T[p + "ln_2.bias"], eps)
                           for x in X])
             Hh = Y @ T[p + "mlp.c_fc.weight"] + T[p + "mlp.c_fc.bias"]
@@ -315,7 +316,7 @@ def ref_forward(cfg, T, X, *, stop=None, final=False):
             Q, K, Vv = qkv[:, :H_ * dh], qkv[:, H_ * dh:(H_ + nkv) * dh], qkv[:, (H_ + nkv) * dh:]
         else:
             Q, K, Vv = (lin(Y, a + f"{k}_proj.weight") for k in "qkv")
-        O = np.zeros((N, H_ * dh))
+        Oh = np.zeros((N, H_ * dh))
         for hd in range(H_):
             g = hd // (H_ // nkv)                                   # repeat_kv
             qs = [Q[t, hd * dh:(hd + 1) * dh] for t in range(N)]
@@ -333,8 +334,8 @@ def ref_forward(cfg, T, X, *, stop=None, final=False):
                     s.append(cap * math.tanh(z / cap) if cap else z)
                 m = max(s)
                 e = [math.exp(v_ - m) for v_ in s]
-                O[t, hd * dh:(hd + 1) * dh] = sum(e[u] / sum(e) * vs[u] for u in range(t + 1))
-        A = lin(O, a + "o_proj.weight")
+                Oh[t, hd * dh:(hd + 1) * dh] = sum(e[u] / sum(e) * vs[u] for u in range(t + 1))
+        A = lin(Oh, a + "o_proj.weight")
         if fam == "gemma2":
             A = np.array([rms(x, T[p + "post_attention_layernorm.weight"]) for x in A])
         X = X + A
@@ -396,8 +397,9 @@ def test_constants_match_dense_finite_differences_of_the_reference(tmp_path, fam
     model = load(path)
     X = 0.7 * np.random.default_rng(2).standard_normal((NTOK, D))
     for stop, final in ((1, False), (L, True)):
-        J = central_differences(lambda Z: ref_forward(cfg, T, Z, stop=stop, final=final), X,
-                                h=1e-5)
+        J = central_differences(
+            lambda Z, stop=stop, final=final: ref_forward(cfg, T, Z, stop=stop, final=final), X,
+            h=1e-5)
         sigma = np.linalg.norm(J, 2)
         got = model.local_lipschitz(X, stop=stop, final_norm=final)
         assert abs(got - sigma) <= 1e-7 * sigma, (stop, final, got, sigma)
@@ -646,3 +648,20 @@ def test_bad_values_are_named(tmp_path):
             load(path)
     with pytest.raises(ValueError, match="dtype"):
         load(tmp_path, dtype=np.float16)
+
+
+def test_rope_frequencies_are_torchs_bits():
+    """Bits of torch's float32 inv_freq (theta 5e5, head_dim 128, Llama 3) where numpy's float32
+    pow is 1 ulp off, and the llama3-scaled frequencies transformers 5.24 computed."""
+    from lipattn.layers.rope import rope_inv_freq
+    torch_bits = {2: 1059709382, 6: 1049992931, 7: 1047774305, 15: 1027413636, 21: 1012729580,
+                  25: 1002613366, 35: 977823878, 38: 970501249, 42: 960419060, 46: 950538859,
+                  48: 945754308, 51: 938552192, 62: 910836144}
+    inv = rope_inv_freq(128, 500000.0)
+    assert {i: int(inv[i].view(np.uint32)) for i in torch_bits} == torch_bits
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 16.0, "original_max_position_embeddings": 64}
+    hf = np.array([6.6084510e-01, 4.7007538e-03, 1.7677668e-04, 6.6478697e-06], np.float32)
+    np.testing.assert_array_equal(rope_inv_freq(8, 500000.0, llama3), hf)
+    np.testing.assert_array_equal(rope_inv_freq(8, 500000.0, llama3),
+                                  ref_inv_freq(8, 500000.0, llama3))

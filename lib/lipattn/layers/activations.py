@@ -44,7 +44,8 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 def gelu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cdf = ndtr(x).astype(x.dtype, copy=False)                  # Phi(x), no overflow
-    pdf = (_INV_SQRT_2PI * np.exp(-0.5 * x * x)).astype(x.dtype, copy=False)
+    z = np.minimum(np.abs(x), 40.0)                            # phi(40) < 1e-300: no overflow
+    pdf = (_INV_SQRT_2PI * np.exp(-0.5 * z * z)).astype(x.dtype, copy=False)
     return x * cdf, cdf + x * pdf
 
 

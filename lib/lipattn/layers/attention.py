@@ -16,7 +16,11 @@ Hugging Face's ``repeat_kv``),
 with :math:`Q_i` the i-th column block of width ``d_h``, :math:`R` the RoPE
 rotation (:mod:`lipattn.layers.rope`, optional) and masked logits set to
 :math:`-\infty` (probability exactly 0). ``W_O=None`` returns the
-concatenated heads (the book's single head :math:`P X W_V`).
+concatenated heads (the book's single head :math:`P X W_V`). Options: a
+logit factor ``scale`` in place of :math:`1/\sqrt{d_h}`, a soft-cap
+:math:`S \mapsto \kappa \tanh(S/\kappa)` before the mask (``softcap``), per-head
+norms of queries and keys before RoPE (``q_norm``, ``k_norm``), and llama3 RoPE
+frequencies (``rope_scaling``).
 
 Each head is computed at its own size: Q, K, V are (heads, N, d_h) arrays
 and every product is a batched matmul (no loop over heads or tokens); a
@@ -49,7 +53,7 @@ from .._validate import as_int_at_least, as_positive_float
 from ..attention import as_mask
 from ..softmax import softmax
 from .base import check_input, linear, linear_t, reduce_to, weight, wgrad
-from .rope import rope, rope_tables, rope_transpose
+from .rope import LLAMA3_KEYS, rope, rope_tables, rope_transpose
 
 __all__ = ["MultiHeadAttention", "AttentionState", "softmax_jvp", "attention_core",
            "attention_core_jvp", "attention_core_vjp", "attention_logits", "CoreState"]
@@ -287,6 +291,15 @@ class MultiHeadAttention:
         unit-gain QK-LayerNorm ``LayerNorm(ones(d_h), zeros(d_h), eps)``. Their
         parameters appear in ``params`` and ``backward``'s grads as
         ``q_norm.<name>`` and ``k_norm.<name>``.
+    scale : float > 0 or None
+        The logits' factor s, default :math:`1/\\sqrt{d_h}` (Gemma 2:
+        ``query_pre_attn_scalar ** -0.5``; GPT-2 without ``scale_attn_weights``: 1).
+    softcap : float > 0 or None
+        The logit soft-cap :math:`\\kappa` of :func:`attention_core` (Gemma 2's
+        ``attn_logit_softcapping``), or None.
+    rope_scaling : dict or None
+        RoPE frequency scaling, ``{"rope_type": "llama3", ...}``
+        (:func:`lipattn.layers.rope.rope_inv_freq`), or None.
 
     The weights may carry leading axes that broadcast against the batch axes of
     X (numpy matmul rules); ``backward``'s grads have the weights' shapes.
@@ -300,7 +313,9 @@ class MultiHeadAttention:
 
     def __init__(self, W_Q, W_K, W_V, W_O=None, *, n_head: int = 1, n_kv_head: int | None = None,
                  b_Q=None, b_K=None, b_V=None, b_O=None, mask=None,
-                 rope_theta: float | None = None, q_norm=None, k_norm=None) -> None:
+                 rope_theta: float | None = None, q_norm=None, k_norm=None,
+                 scale: float | None = None, softcap: float | None = None,
+                 rope_scaling: dict | None = None) -> None:
         self.n_head = h = as_int_at_least(n_head, "n_head", 1)
         self.n_kv_head = h_kv = h if n_kv_head is None else as_int_at_least(n_kv_head,
                                                                             "n_kv_head", 1)
@@ -334,6 +349,24 @@ class MultiHeadAttention:
                                                                             "rope_theta")
         if self.rope_theta is not None and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head size; got d_h = {self.head_dim}")
+        self.scale = None if scale is None else as_positive_float(scale, "scale")
+        self.softcap = None if softcap is None else as_positive_float(softcap, "softcap")
+        if rope_scaling is not None:
+            if self.rope_theta is None:
+                raise ValueError("rope_scaling needs rope_theta; got rope_theta=None")
+            if not isinstance(rope_scaling, dict) or rope_scaling.get("rope_type") != "llama3":
+                raise ValueError("rope_scaling must be None or a dict with rope_type 'llama3'; "
+                                 f"got {rope_scaling!r}")
+            missing = [k for k in LLAMA3_KEYS if k not in rope_scaling]
+            if missing:
+                raise ValueError(f"rope_scaling is missing {missing}")
+            vals = {k: as_positive_float(rope_scaling[k], f"rope_scaling[{k!r}]")
+                    for k in LLAMA3_KEYS}
+            if not vals["high_freq_factor"] > vals["low_freq_factor"]:
+                raise ValueError("rope_scaling needs high_freq_factor > low_freq_factor; got "
+                                 f"{vals['high_freq_factor']} and {vals['low_freq_factor']}")
+            rope_scaling = {"rope_type": "llama3", **vals}
+        self.rope_scaling = rope_scaling
         for name, norm in (("q_norm", q_norm), ("k_norm", k_norm)):
             if norm is not None and not all(callable(getattr(norm, m, None)) for m in (
                     "forward", "jvp", "vjp", "backward")):
@@ -414,7 +447,8 @@ class MultiHeadAttention:
         rot = None
         if self.rope_theta is not None:
             rot = tuple(t.astype(X.dtype, copy=False)
-                        for t in rope_tables(N, self.head_dim, self.rope_theta))
+                        for t in rope_tables(N, self.head_dim, self.rope_theta,
+                                             self.rope_scaling))
         bias = lambda Z, b: Z if b is None else Z + b  # noqa: E731
         Q, qn = self._heads(bias(linear(X, self.W_Q), self.b_Q), self.n_head, self.q_norm,
                             None, rot, False)
@@ -425,8 +459,8 @@ class MultiHeadAttention:
         mask = self._mask_array(N)
         if mask is not None:                   # one row block per query head of a group
             mask = np.tile(mask, (Q.shape[-2] // N, 1))
-        heads, core = attention_core(Q, K, V, mask=mask, copy_transposes=True,
-                                     overflow=self.overflow)
+        heads, core = attention_core(Q, K, V, mask=mask, scale=self.scale, softcap=self.softcap,
+                                     copy_transposes=True, overflow=self.overflow)
         A = self._merge(heads, N)
         return self._out(A, True), AttentionState(X, core, rot, A, qn, kn)
 
@@ -490,4 +524,5 @@ class MultiHeadAttention:
             None if self.W_O is None else self.W_O[..., i * dv:(i + 1) * dv, :],
             n_head=1, n_kv_head=1, b_Q=cols(self.b_Q, i, dh), b_K=cols(self.b_K, j, dh),
             b_V=cols(self.b_V, j, dv), b_O=None, mask=self.mask, rope_theta=self.rope_theta,
-            q_norm=self.q_norm, k_norm=self.k_norm)
+            q_norm=self.q_norm, k_norm=self.k_norm, scale=self.scale, softcap=self.softcap,
+            rope_scaling=self.rope_scaling)

@@ -5,7 +5,8 @@ r"""LayerNorm with gain and bias, and RMSNorm, row-wise over the last axis.
   its Jacobian is :math:`\operatorname{diag}(g)\,(C - y y^\top/d)/s` with
   :math:`y = (x - \bar x)/s` (the mathematics of :mod:`lipattn.layernorm`,
   whose forward and adjoint this module reuses).
-- RMSNorm (Llama): :math:`\mathrm{RMS}(x) = g \odot x\, r`,
+- RMSNorm (Llama; Gemma with ``offset=1``, gain :math:`1 + g`):
+  :math:`\mathrm{RMS}(x) = g \odot x\, r`,
   :math:`r = 1/\sqrt{\overline{x^2} + \varepsilon}`; with :math:`y = x r`,
   its Jacobian is :math:`\operatorname{diag}(g)\, r\,(I - y y^\top/d)`.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import as_positive_float
+from .._validate import as_positive_float, as_real_float
 from ..layernorm import _ln, _ln_plain_bwd
 from .base import check_input, reduce_to, weight
 
@@ -65,15 +66,26 @@ def _rms_jvp(E: np.ndarray, y: np.ndarray, r: np.ndarray) -> np.ndarray:
 
 
 class RMSNorm:
-    """RMSNorm with gain ``g``, shape (..., d); ``eps`` > 0 (no centring, no bias)."""
+    """RMSNorm with gain ``offset + g``, ``g`` of shape (..., d); ``eps`` > 0 (no centring,
+    no bias).
 
-    def __init__(self, g: np.ndarray, eps: float) -> None:
+    ``offset=1.0`` is Gemma's norm, whose stored weight w gives the gain
+    :math:`1 + w` (Hugging Face's ``GemmaRMSNorm``); ``params`` and ``backward``'s
+    grads are those of ``g`` (the same as the gain's).
+    """
+
+    def __init__(self, g: np.ndarray, eps: float, offset: float = 0.0) -> None:
         self.g = weight(g, "g", (None,))
         self.eps = as_positive_float(eps, "eps")
+        self.offset = as_real_float(offset, "offset")
 
     @property
     def params(self) -> dict[str, np.ndarray]:
         return {"g": self.g}
+
+    def _gain(self) -> np.ndarray:
+        # computed at each call: an optimiser may update g in place
+        return self.g + self.g.dtype.type(self.offset) if self.offset else self.g
 
     def forward(self, X: np.ndarray):
         check_input(X, self.g.shape[-1], "RMSNorm")
@@ -83,13 +95,13 @@ class RMSNorm:
         rms_s = np.sqrt(np.mean((x / big) ** 2, axis=-1, keepdims=True))     # <= 1
         s = np.hypot(big * rms_s, np.sqrt(self.eps))                          # sqrt(ms + eps)
         y, r = (x / s).astype(X.dtype, copy=False), (1.0 / s).astype(X.dtype, copy=False)
-        return self.g * y, (y, r)
+        return self._gain() * y, (y, r)
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
-        return self.g * _rms_jvp(E, *state)
+        return self._gain() * _rms_jvp(E, *state)
 
     def vjp(self, state, G: np.ndarray) -> np.ndarray:
-        return _rms_jvp(self.g * G, *state)
+        return _rms_jvp(self._gain() * G, *state)
 
     def backward(self, state, G: np.ndarray):
         return self.vjp(state, G), {"g": reduce_to(G * state[0], self.g.shape)}

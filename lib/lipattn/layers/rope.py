@@ -17,7 +17,10 @@ For a head vector :math:`x \in \mathbb R^{d_h}` (``d_h`` even) at position
 The tables follow Hugging Face's ``LlamaRotaryEmbedding``, which computes
 ``inv_freq`` and the angles in float32 even for a float64 model; the cosines
 and sines of those angles are then taken in float64 (they agree with
-Hugging Face's float32 tables to float32 rounding, about 6e-8).
+Hugging Face's float32 tables to float32 rounding, about 6e-8). ``inv_freq`` itself equals
+torch's bit for bit: the float32 power is rounded once from float64, as torch's
+correctly rounded float32 ``pow`` gives it (numpy's float32 ``pow`` is 1 ulp off on
+about one entry in ten).
 
 Llama 3.1's scaling (``rope_type="llama3"``, :func:`rope_inv_freq` with
 ``scaling``) rescales the frequencies, also in float32 as Hugging Face's
@@ -52,8 +55,11 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> n
     caller: factor >= 1, high_freq_factor > low_freq_factor > 0).
     """
     f32 = np.float32
-    inv_freq = (f32(1.0) / (f32(theta) ** (
-        np.arange(0, head_dim, 2, dtype=np.int64).astype(f32) / f32(head_dim))))
+    expo = np.arange(0, head_dim, 2, dtype=np.int64).astype(f32) / f32(head_dim)
+    # torch's float32 pow is correctly rounded; numpy's float32 pow is not (1 ulp off on
+    # about 1 entry in 10), so the power is taken in float64 and rounded once
+    power = (np.float64(f32(theta)) ** expo.astype(np.float64)).astype(f32)
+    inv_freq = f32(1.0) / power
     if scaling is None:
         return inv_freq
     if scaling.get("rope_type") != "llama3":
