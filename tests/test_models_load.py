@@ -500,9 +500,17 @@ def test_checkpoint_reads_lazily_from_memory_maps(tmp_path):
     np.testing.assert_array_equal(t.read(), T["layers.1.mlp.up_proj.weight"])
     np.testing.assert_array_equal(t[2:4], T["layers.1.mlp.up_proj.weight"][2:4])
     model = load(path)
-    assert model.blocks._last is None                       # no block read yet
+    assert model.blocks.cached == []                        # no block read yet
     model.local_lipschitz(np.ones((3, D)), start=1, stop=2)
-    assert model.blocks._last[0] == 1
+    assert model.blocks.cached == [1]
+    b0 = model.blocks[0]
+    assert model.blocks[0] is b0 and model.blocks.cached == [1, 0]   # read once
+    small = load(path)
+    small.blocks.cache_bytes = 1                            # one block at a time
+    c0 = small.blocks[0]
+    small.blocks[1]
+    assert small.blocks.cached == [1]
+    assert small.blocks[0] is not c0 and small.blocks.cached == [0]
 
 
 def test_one_block_constant_holds_one_block(tmp_path):

@@ -7,7 +7,7 @@ sliding windows) read from its ``config.json`` by :mod:`lipattn.models.families`
 :class:`~lipattn.models.decoder.Block` from :mod:`lipattn.layers`, and
 :func:`parameter_shapes` lists the tensors and shapes a layout needs, so a
 checkpoint's names and shapes are checked before any weight is read.
-:class:`LazyBlocks` builds blocks on demand (one held at a time), so a model
+:class:`LazyBlocks` builds blocks on demand (with a bounded cache), so a model
 larger than memory still gives one block's constant.
 
 Tensor names are those of Hugging Face's base models (the ``model.`` /
@@ -25,6 +25,7 @@ Tensor names are those of Hugging Face's base models (the ``model.`` /
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -211,23 +212,44 @@ def build_final(lay: Layout, get: Get):
 class LazyBlocks(Sequence):
     """The blocks of a layout, built from the checkpoint when indexed.
 
-    ``blocks[i]`` builds block i (reading its tensors) and keeps only the most
-    recently built block; ``blocks[a:b]`` builds that range (a list). So one
-    block's constant holds one block's weights in memory.
+    ``blocks[i]`` builds block i (reading its tensors) or returns it from a
+    small cache; ``blocks[a:b]`` is the list of that range. The cache keeps the
+    most recently used blocks while their weights total at most ``cache_bytes``
+    (default 1 GiB; always at least the last block used), so a small model is
+    read once, and a model larger than memory holds one block at a time: one
+    block's constant needs one block's weights.
     """
 
-    def __init__(self, lay: Layout, get: Get) -> None:
+    def __init__(self, lay: Layout, get: Get, cache_bytes: int = 2**30) -> None:
         self._lay, self._get = lay, get
-        self._last: tuple[int, Block] | None = None
+        self.cache_bytes = cache_bytes
+        self._cache: OrderedDict[int, tuple[Block, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return self._lay.n_layer
+
+    @property
+    def cached(self) -> list[int]:
+        """The indices of the blocks held in memory, least recently used first."""
+        return list(self._cache)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         i = range(len(self))[index]
-        if self._last is None or self._last[0] != i:
-            self._last = None                       # free the previous block first
-            self._last = (i, build_block(self._lay, self._get, i))
-        return self._last[1]
+        if i in self._cache:
+            self._cache.move_to_end(i)
+            return self._cache[i][0]
+        size = _block_bytes(self._lay)
+        while self._cache and sum(n for _, n in self._cache.values()) + size > self.cache_bytes:
+            self._cache.popitem(last=False)                 # free before reading the next
+        block = build_block(self._lay, self._get, i)
+        self._cache[i] = (block, size)
+        return block
+
+
+def _block_bytes(lay: Layout) -> int:
+    """The bytes of one block's weights in float64 (an upper bound for float32)."""
+    n = sum(int(np.prod(s)) for k, s in parameter_shapes(lay).items()
+            if k.startswith(("h.0.", "layers.0.")))
+    return 8 * n
