@@ -673,3 +673,93 @@ def test_rope_frequencies_are_torchs_bits():
     np.testing.assert_array_equal(rope_inv_freq(8, 500000.0, llama3), hf)
     np.testing.assert_array_equal(rope_inv_freq(8, 500000.0, llama3),
                                   ref_inv_freq(8, 500000.0, llama3))
+
+
+# --------------------------------------------------------------------------
+# from_state_dict accepts what PyTorch users hold (issue 24 item 4); no torch here
+# --------------------------------------------------------------------------
+class FakeDevice:
+    def __init__(self, type_: str) -> None:
+        self.type = type_
+
+    def __str__(self) -> str:
+        return self.type + (":0" if self.type != "cpu" else "")
+
+
+class FakeTensor:
+    """The surface of a torch.Tensor that a conversion may use: detach, cpu, float, numpy,
+    dtype, device, shape, requires_grad (numpy() refuses a tensor that requires grad, and a
+    bfloat16 one, as torch does)."""
+
+    def __init__(self, values, dtype="torch.float32", device="cpu", requires_grad=False):
+        self._v, self.dtype, self.device = np.asarray(values), dtype, FakeDevice(device)
+        self.requires_grad, self.shape = requires_grad, np.shape(values)
+
+    def detach(self):
+        return FakeTensor(self._v, self.dtype, self.device.type)
+
+    def cpu(self):
+        return FakeTensor(self._v, self.dtype, "cpu", self.requires_grad)
+
+    def float(self):
+        return FakeTensor(self._v.astype(np.float32), "torch.float32", self.device.type,
+                          self.requires_grad)
+
+    def numpy(self):
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad.")
+        if self.dtype in ("torch.bfloat16", "torch.float8_e4m3fn"):
+            raise TypeError(f"Got unsupported ScalarType {self.dtype[6:]}")
+        if self.device.type != "cpu":
+            raise TypeError("can't convert cuda:0 device type tensor to numpy.")
+        return self._v
+
+    def __array__(self, dtype=None, copy=None):
+        return self.numpy() if dtype is None else self.numpy().astype(dtype)
+
+
+def _llama_state_dict():
+    cfg = config("llama")
+    return {k: stored(v, "BF16") for k, v in weights(cfg).items() if k != "lm_head.weight"}
+
+
+def test_from_state_dict_takes_cpu_tensors_bf16_and_requires_grad():
+    from lipattn.models import Llama
+    st = _llama_state_dict()                          # bf16-representable values
+    X = np.random.default_rng(0).standard_normal((NTOK, D))
+    ref = Llama.from_state_dict(st, n_head=H_, n_kv_head=KV).forward(X)
+    for kw in ({"dtype": "torch.bfloat16"}, {"requires_grad": True},
+               {"dtype": "torch.bfloat16", "requires_grad": True}, {"dtype": "torch.float16"}):
+        vals = {k: (v.astype(np.float16) if kw.get("dtype") == "torch.float16" else v)
+                for k, v in st.items()}
+        tensors = {"model." + k: FakeTensor(v, **kw) for k, v in vals.items()}
+        got = Llama.from_state_dict(tensors, n_head=H_, n_kv_head=KV).forward(X)
+        if kw.get("dtype") == "torch.float16":
+            exp = Llama.from_state_dict({k: v.astype(np.float64) for k, v in vals.items()},
+                                        n_head=H_, n_kv_head=KV).forward(X)
+            np.testing.assert_array_equal(got, exp)
+        else:
+            np.testing.assert_array_equal(got, ref)
+
+
+def test_from_state_dict_names_tensors_it_cannot_convert():
+    from lipattn.models import Llama
+    st = {k: FakeTensor(v) for k, v in _llama_state_dict().items()}
+    st["norm.weight"] = FakeTensor(np.ones(D), device="cuda")
+    with pytest.raises(TypeError, match=r"state\['norm.weight'\] is a tensor on cuda:0.*\.cpu\(\)"):
+        Llama.from_state_dict(st, n_head=H_, n_kv_head=KV)
+    st["norm.weight"] = FakeTensor(np.ones(D), dtype="torch.float8_e4m3fn")
+    with pytest.raises(TypeError, match=r"state\['norm.weight'\] is a tensor of dtype "
+                                        r"torch.float8_e4m3fn"):
+        Llama.from_state_dict(st, n_head=H_, n_kv_head=KV)
+
+
+def test_from_state_dict_takes_ml_dtypes_bfloat16_arrays():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from lipattn.models import Llama
+    st = _llama_state_dict()
+    X = np.random.default_rng(0).standard_normal((NTOK, D))
+    ref = Llama.from_state_dict(st, n_head=H_, n_kv_head=KV).forward(X)
+    bf = {k: v.astype(ml_dtypes.bfloat16) for k, v in st.items()}
+    np.testing.assert_array_equal(Llama.from_state_dict(bf, n_head=H_, n_kv_head=KV).forward(X),
+                                  ref)
