@@ -1,4 +1,4 @@
-r"""A pre-norm decoder built from :mod:`lipattn.layers`: what GPT-2 and Llama share.
+r"""A pre-norm decoder built from :mod:`lipattn.layers`: what every family shares.
 
 Block l maps the residual stream :math:`x` (shape (N, d)) to
 
@@ -7,7 +7,8 @@ Block l maps the residual stream :math:`x` (shape (N, d)) to
     x' = x + \mathrm{Attn}(\mathrm{Norm}_1(x)), \qquad
     x'' = x' + \mathrm{MLP}(\mathrm{Norm}_2(x')),
 
-with causal multi-head attention; a final norm follows the last block.
+with causal multi-head attention (Gemma 2 adds a norm at the end of each
+branch, :class:`Block`'s post-norms); a final norm follows the last block.
 :class:`Decoder` holds the blocks and gives the forward pass, Jacobian-vector
 and vector-Jacobian products, and exact local Lipschitz constants (the
 spectral norm of the Jacobian with respect to the hidden states, Frobenius

@@ -8,8 +8,8 @@ is :math:`\mathrm{gelu\_new}(x W_{fc} + b_{fc}) W_{proj} + b_{proj}` (the tanh
 approximation). Weights are in Conv1D layout, :math:`y = x W + b`.
 
 Not modelled: dropout (inference), ``scale_attn_by_inverse_layer_idx`` and
-``reorder_and_upcast_attn`` (both off in GPT-2's configurations), padding
-masks (every token attends to its causal prefix).
+``reorder_and_upcast_attn`` (both off in GPT-2's configurations; a config.json
+that sets them is refused by :func:`lipattn.models.load`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-r"""Llama (Hugging Face ``LlamaModel``) from its state dict, in numpy.
+r"""Llama (Hugging Face ``LlamaModel``) from its state dict, in numpy; the class of
+every RMSNorm / gated-MLP family :func:`lipattn.models.load` reads.
 
 Block: :math:`x' = x + \mathrm{Attn}(\mathrm{RMS}_1(x))`,
 :math:`x'' = x' + \mathrm{MLP}(\mathrm{RMS}_2(x'))`; ``norm`` after the last
@@ -13,11 +14,15 @@ are in ``nn.Linear`` layout (out, in): :math:`y = x W^\top`.
 
 Hugging Face's ``LlamaRMSNorm`` normalises in float32 even in a float64
 model; here everything is float64, so forward passes agree with a float64
-Hugging Face model to about 1e-7, not to float64 rounding.
+Hugging Face model to about 1e-7, not to float64 rounding (to about 1e-15
+once its norms and RoPE tables are kept in float64).
 
-Not modelled: RoPE scaling (``rope_scaling``), ``head_dim`` other than
-``d / n_head``, MLP biases, padding masks. Attention biases
-(``attention_bias=True``) are read when present.
+:meth:`Llama.from_state_dict` builds the plain Llama layout from the numbers
+given (no RoPE scaling, ``head_dim = d / n_head``, no MLP biases); attention
+biases are read when present. :func:`lipattn.models.load` reads the rest of
+the family from ``config.json`` -- llama3 RoPE scaling, ``head_dim``, and the
+Mistral, Qwen 2/3, Gemma 1/2 and Phi-3 options (:mod:`lipattn.models.families`)
+-- and returns a ``Llama`` too, with ``model_type`` set.
 """
 
 from __future__ import annotations
