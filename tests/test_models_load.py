@@ -276,7 +276,7 @@ def ref_forward(cfg, T, X, *, stop=None, final=False):
             for hd in range(nh):
                 cols = slice(hd * dh, (hd + 1) * dh)
                 q, k, v = qkv[:, :D][:, cols], qkv[:, D:2 * D][:, cols], qkv[:, 2 * D:][:, cols]
-                scale = 1 / math.sqrt(dh) if cfg["scale_attn_weights"] else 1.0
+                scale = 1 / math.sqrt(dh) if cfg.get("scale_attn_weights", True) else 1.0
                 for t in range(N):
                     s = [scale * sum(q[t, j] * k[u, j] for j in range(dh)) for u in range(t + 1)]
                     m = max(s)
@@ -763,3 +763,104 @@ def test_from_state_dict_takes_ml_dtypes_bfloat16_arrays():
     bf = {k: v.astype(ml_dtypes.bfloat16) for k, v in st.items()}
     np.testing.assert_array_equal(Llama.from_state_dict(bf, n_head=H_, n_kv_head=KV).forward(X),
                                   ref)
+
+
+# config.json files of released checkpoints, as transformers 4 wrote them (their sizes shrunk)
+_SHRINK = dict(hidden_size=D, intermediate_size=F, num_hidden_layers=L, num_attention_heads=H_,
+               vocab_size=V)
+RELEASED = {
+    "gpt2": dict(activation_function="gelu_new", architectures=["GPT2LMHeadModel"],
+                 attn_pdrop=0.1, bos_token_id=50256, embd_pdrop=0.1, eos_token_id=50256,
+                 initializer_range=0.02, layer_norm_epsilon=1e-05, model_type="gpt2", n_ctx=1024,
+                 n_embd=D, n_head=H_, n_layer=L, n_positions=16, resid_pdrop=0.1,
+                 summary_activation=None, summary_first_dropout=0.1, summary_proj_to_labels=True,
+                 summary_type="cls_index", summary_use_proj=True,
+                 task_specific_params={"text-generation": {"do_sample": True, "max_length": 50}},
+                 vocab_size=V),
+    "llama-3.1": dict(_SHRINK, architectures=["LlamaForCausalLM"], attention_bias=False,
+                      attention_dropout=0.0, bos_token_id=128000,
+                      eos_token_id=[128001, 128008, 128009], hidden_act="silu",
+                      initializer_range=0.02, max_position_embeddings=131072, mlp_bias=False,
+                      model_type="llama", num_key_value_heads=KV, pretraining_tp=1,
+                      rms_norm_eps=1e-05, rope_scaling={
+                          "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+                      rope_theta=500000.0, tie_word_embeddings=False, torch_dtype="bfloat16",
+                      transformers_version="4.43.0.dev0", use_cache=True),
+    "mistral-7b": dict(_SHRINK, architectures=["MistralForCausalLM"], bos_token_id=1,
+                       eos_token_id=2, hidden_act="silu", initializer_range=0.02,
+                       max_position_embeddings=32768, model_type="mistral",
+                       num_key_value_heads=KV, rms_norm_eps=1e-05, rope_theta=10000.0,
+                       sliding_window=4096, tie_word_embeddings=False, torch_dtype="bfloat16",
+                       transformers_version="4.34.0.dev0", use_cache=True),
+    "qwen2.5": dict(_SHRINK, architectures=["Qwen2ForCausalLM"], attention_dropout=0.0,
+                    bos_token_id=151643, eos_token_id=151643, hidden_act="silu",
+                    initializer_range=0.02, max_position_embeddings=32768, max_window_layers=28,
+                    model_type="qwen2", num_key_value_heads=KV, rms_norm_eps=1e-06,
+                    rope_scaling=None, rope_theta=1000000.0, sliding_window=131072,
+                    tie_word_embeddings=True, torch_dtype="bfloat16",
+                    transformers_version="4.43.1", use_cache=True, use_sliding_window=False),
+    "qwen3": dict(_SHRINK, architectures=["Qwen3ForCausalLM"], attention_bias=False,
+                  attention_dropout=0.0, bos_token_id=151643, eos_token_id=151645, head_dim=8,
+                  hidden_act="silu", initializer_range=0.02, max_position_embeddings=40960,
+                  max_window_layers=28, model_type="qwen3", num_key_value_heads=KV,
+                  rms_norm_eps=1e-06, rope_scaling=None, rope_theta=1000000,
+                  sliding_window=None, tie_word_embeddings=True, torch_dtype="bfloat16",
+                  transformers_version="4.51.0", use_cache=True, use_sliding_window=False),
+    "gemma-2b": dict(_SHRINK, architectures=["GemmaForCausalLM"], attention_bias=False,
+                     attention_dropout=0.0, bos_token_id=2, eos_token_id=1, head_dim=8,
+                     hidden_act="gelu", initializer_range=0.02, max_position_embeddings=8192,
+                     model_type="gemma", num_key_value_heads=1, pad_token_id=0,
+                     rms_norm_eps=1e-06, rope_scaling=None, rope_theta=10000.0,
+                     torch_dtype="bfloat16", transformers_version="4.38.0.dev0", use_cache=True),
+    "gemma-2-2b": dict(_SHRINK, architectures=["Gemma2ForCausalLM"], attention_bias=False,
+                       attention_dropout=0.0, attn_logit_softcapping=50.0, bos_token_id=2,
+                       cache_implementation="hybrid", eos_token_id=1,
+                       final_logit_softcapping=30.0, head_dim=8, hidden_act="gelu_pytorch_tanh",
+                       hidden_activation="gelu_pytorch_tanh", initializer_range=0.02,
+                       max_position_embeddings=8192, model_type="gemma2", num_key_value_heads=KV,
+                       pad_token_id=0, query_pre_attn_scalar=256, rms_norm_eps=1e-06,
+                       rope_theta=10000.0, sliding_window=4096, sliding_window_size=4096,
+                       torch_dtype="float32", transformers_version="4.42.4", use_cache=True),
+    "phi-3-mini": dict(_SHRINK, _name_or_path="Phi-3-mini-4k-instruct",
+                       architectures=["Phi3ForCausalLM"], attention_bias=False,
+                       attention_dropout=0.0, auto_map={
+                           "AutoConfig": "configuration_phi3.Phi3Config",
+                           "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+                       bos_token_id=1, embd_pdrop=0.0, eos_token_id=32000, hidden_act="silu",
+                       initializer_range=0.02, max_position_embeddings=4096, model_type="phi3",
+                       num_key_value_heads=KV, original_max_position_embeddings=4096,
+                       pad_token_id=32000, resid_pdrop=0.0, rms_norm_eps=1e-05,
+                       rope_scaling=None, rope_theta=10000.0, sliding_window=2047,
+                       tie_word_embeddings=False, torch_dtype="bfloat16",
+                       transformers_version="4.40.2", use_cache=True),
+}
+
+
+@pytest.mark.parametrize("name", list(RELEASED))
+def test_released_transformers_4_configs_load_and_match_the_reference(tmp_path, name):
+    cfg = RELEASED[name]
+    fam = cfg["model_type"]
+    path, T = save(tmp_path, cfg, weights(cfg), "BF16",
+                   prefix="transformer." if fam == "gpt2" else "model.")
+    model = load(path)
+    X = np.random.default_rng(3).standard_normal((NTOK, D))
+    ref = ref_forward(cfg, T, X, final=True)
+    np.testing.assert_allclose(model.forward(X, final_norm=True), ref, rtol=0,
+                               atol=2e-12 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("family,over", [
+    ("gpt2", {"activation_function": "relu"}), ("gpt2", {"activation_function": "gelu"}),
+    ("gpt2", {"scale_attn_weights": False}), ("llama", {"hidden_act": "gelu"}),
+    ("llama", {"attention_bias": True}), ("llama", {"head_dim": 8}),
+    ("qwen3", {"attention_bias": True}), ("gemma2", {"attn_logit_softcapping": None}),
+    ("gemma", {"hidden_activation": "gelu_pytorch_tanh", "hidden_act": "gelu"}),
+    ("mistral", {"num_key_value_heads": 1}),
+])
+def test_modelled_options_match_the_reference(tmp_path, family, over):
+    cfg, path, T = build(tmp_path, family, "F32", 1, seed=7, **over)
+    X = np.random.default_rng(4).standard_normal((NTOK, D))
+    ref = ref_forward(cfg, T, X, final=True)
+    np.testing.assert_allclose(load(path).forward(X, final_norm=True), ref, rtol=0,
+                               atol=2e-12 * np.abs(ref).max())

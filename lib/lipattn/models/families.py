@@ -78,7 +78,7 @@ diversity_penalty temperature top_k top_p typical_p repetition_penalty length_pe
 no_repeat_ngram_size encoder_no_repeat_ngram_size bad_words_ids num_return_sequences
 output_scores return_dict_in_generate forced_bos_token_id forced_eos_token_id
 remove_invalid_values exponential_decay_length_penalty suppress_tokens begin_suppress_tokens
-gradient_checkpointing
+gradient_checkpointing auto_map custom_pipelines
 """.split())
 
 #: Keys any PretrainedConfig may write whose non-default values are not modelled.
@@ -140,7 +140,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
                       "sliding_window": None, "partial_rotary_factor": 1.0},
              "no_effect": {"attention_dropout", "resid_pdrop", "embd_pdrop",
                            "original_max_position_embeddings"},
-             "fixed": {}},
+             # transformers 4 wrote attention_bias for Phi-3; its projections have no bias
+             "fixed": {"attention_bias": False}},
 }
 
 
@@ -196,6 +197,9 @@ def _check_keys(model_type: str, config: dict) -> dict:
             out[key] = value
         elif key in GENERIC_NO_EFFECT or key in fam["no_effect"]:
             continue
+        elif key == "sliding_window_size" and model_type == "gemma2" and _same(
+                value, config.get("sliding_window")):
+            continue                     # an early Gemma 2 config's copy of sliding_window
         elif key in fam["fixed"] or key in GENERIC_FIXED:
             default = fam["fixed"].get(key, GENERIC_FIXED.get(key))
             ok = _same(value, default) or (default is None and value is False) or (
