@@ -864,3 +864,15 @@ def test_modelled_options_match_the_reference(tmp_path, family, over):
     ref = ref_forward(cfg, T, X, final=True)
     np.testing.assert_allclose(load(path).forward(X, final_norm=True), ref, rtol=0,
                                atol=2e-12 * np.abs(ref).max())
+
+
+def test_rope_config_errors_are_named(tmp_path):
+    T = weights(config("llama"))
+    for over, msg in (({"rope_parameters": [1, 2]}, r"config\['rope_parameters'\] must be"),
+                      ({"rope_parameters": None, "rope_scaling": "x"}, r"config\['rope_scaling'\]"),
+                      ({"rope_scaling": {"rope_type": "llama3"}}, "both"),
+                      ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4,
+                                            "factor": 8.0}}, "missing")):
+        path, _ = save(tmp_path / str(len(msg)), config("llama", **over), T)
+        with pytest.raises(ValueError, match=msg):
+            load(path)

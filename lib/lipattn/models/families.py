@@ -218,10 +218,11 @@ def _rope(model_type: str, cfg: dict, head_dim: int) -> tuple[float, dict | None
     if params is not None and cfg["rope_scaling"] is not None:
         raise ValueError("config has both 'rope_parameters' and 'rope_scaling'; expected one "
                          "(transformers 5 writes rope_parameters, transformers 4 rope_scaling)")
-    rope = dict(params if params is not None else (cfg["rope_scaling"] or {}))
-    if not isinstance(params if params is not None else (cfg["rope_scaling"] or {}), dict):
-        raise ValueError(f"config['rope_parameters'] / ['rope_scaling'] must be a JSON object; "
-                         f"got {params!r}")
+    given = params if params is not None else (cfg["rope_scaling"] or {})
+    if not isinstance(given, dict):
+        key = "rope_parameters" if params is not None else "rope_scaling"
+        raise ValueError(f"config[{key!r}] must be a JSON object; got {given!r}")
+    rope = dict(given)
     if "rope_theta" not in rope:
         rope["rope_theta"] = cfg["rope_theta"]
     elif params is None and cfg["rope_theta"] != rope["rope_theta"]:

@@ -33,8 +33,10 @@ class GPT2(Decoder):
 
     Attributes (besides :class:`~lipattn.models.decoder.Decoder`'s)
     ------------------------------------------------------------------
-    wte : ndarray, shape (vocab, d)
-    wpe : ndarray, shape (n_positions, d)
+    wte : ndarray or LazyTensor, shape (vocab, d)
+    wpe : ndarray or LazyTensor, shape (n_positions, d)
+        (:func:`lipattn.models.load` keeps them on disk and reads the rows asked for.)
+    model_type : str
     """
 
     @classmethod
