@@ -4,15 +4,17 @@ r"""The layers of real Transformers, each written once with its forward, jvp and
   :class:`Residual`, and :func:`layer_lipschitz` (the exact local constant of
   any layer);
 - :mod:`~lipattn.layers.attention` -- masked multi-head self-attention with
-  biases, grouped-query heads and RoPE, each head at its own size, around the
+  biases, grouped-query heads, RoPE, a logit scale and soft-cap, and per-head
+  norms of queries and keys, each head at its own size, around the
   one attention core (:func:`attention_core`, optionally soft-capped, and its
   jvp and vjp with respect to Q, K, V on batched heads), which the book's
   encoder and :mod:`lipattn.stabilisers` use too;
 - :mod:`~lipattn.layers.rope` -- rotary position embeddings (Hugging Face's
-  ``rotate_half`` convention);
-- :mod:`~lipattn.layers.norms` -- LayerNorm with gain and bias, RMSNorm;
+  ``rotate_half`` convention, and Llama 3.1's frequency scaling);
+- :mod:`~lipattn.layers.norms` -- LayerNorm with gain and bias, RMSNorm (with
+  Gemma's 1 + w gain as ``offset=1``);
 - :mod:`~lipattn.layers.mlp` and :mod:`~lipattn.layers.activations` -- the
-  GPT-2 MLP, the SiLU-gated MLP, and ReLU, GELU (tanh) and SiLU.
+  GPT-2 MLP, the gated MLP, and ReLU, GELU (exact and tanh) and SiLU.
 
 Layers work on ``X`` of shape (..., N, d) -- one sequence, or leading batch axes
 against which the parameters' own leading axes broadcast -- in the dtype of their
@@ -23,7 +25,7 @@ do). The models built from them live in
 :mod:`lipattn.models`.
 """
 
-from .activations import ACTIVATIONS, gelu_new, relu, silu
+from .activations import ACTIVATIONS, gelu, gelu_new, relu, silu
 from .attention import (
     AttentionState,
     CoreState,
@@ -37,10 +39,10 @@ from .attention import (
 from .base import Layer, Residual, Sequential, layer_lipschitz, linear, linear_t, reduce_to, wgrad
 from .mlp import MLP, GatedMLP
 from .norms import LayerNorm, RMSNorm
-from .rope import rope, rope_tables, rope_transpose
+from .rope import rope, rope_inv_freq, rope_tables, rope_transpose
 
 __all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "MultiHeadAttention",
            "attention_core", "attention_core_jvp", "attention_core_vjp", "attention_logits",
            "CoreState", "AttentionState", "linear", "linear_t", "reduce_to", "wgrad",
            "softmax_jvp", "LayerNorm", "RMSNorm", "MLP", "GatedMLP", "ACTIVATIONS", "relu",
-           "gelu_new", "silu", "rope", "rope_tables", "rope_transpose"]
+           "gelu_new", "gelu", "silu", "rope", "rope_inv_freq", "rope_tables", "rope_transpose"]
