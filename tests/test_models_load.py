@@ -876,3 +876,15 @@ def test_rope_config_errors_are_named(tmp_path):
         path, _ = save(tmp_path / str(len(msg)), config("llama", **over), T)
         with pytest.raises(ValueError, match=msg):
             load(path)
+
+
+def test_a_layout_never_reads_another_familys_tensors(tmp_path):
+    g2 = weights(config("gemma2"))
+    with pytest.raises(NotImplementedError, match="'llama'.*does not use.*feedforward_layernorm"):
+        load(save(tmp_path / "a", config("llama", head_dim=8), g2)[0])
+    with pytest.raises(ValueError, match="no tensor 'layers.0.pre_feedforward_layernorm.weight'"):
+        load(save(tmp_path / "b", config("gemma2"),
+                  weights(config("gemma", num_key_value_heads=KV)))[0])
+    q3 = weights(config("qwen3", attention_bias=True))     # Qwen 2's biases, and more
+    with pytest.raises(NotImplementedError, match="'qwen2'.*does not use.*o_proj.bias"):
+        load(save(tmp_path / "c", config("qwen2", head_dim=8), q3)[0])
