@@ -1,5 +1,9 @@
-"""Real decoders loaded from Hugging Face state dicts, built from :mod:`lipattn.layers`.
+"""Real decoders loaded from Hugging Face checkpoints, built from :mod:`lipattn.layers`.
 
+- :func:`load` (:mod:`~lipattn.models.families`): a ``save_pretrained``
+  directory (``config.json`` and safetensors, read lazily) in, a model out, for
+  the model_types gpt2, llama, mistral, qwen2, qwen3, gemma, gemma2 and phi3, or
+  a ``NotImplementedError`` naming what is not modelled;
 - :class:`GPT2` (:mod:`~lipattn.models.gpt2`) and :class:`Llama`
   (:mod:`~lipattn.models.llama`): ``from_state_dict``, ``embed``, ``forward``,
   ``jvp``, ``vjp``, and exact local Lipschitz constants of any range of blocks
@@ -12,8 +16,9 @@
 """
 
 from .decoder import Block, Decoder
+from .families import load
 from .gpt2 import GPT2
 from .init import random_state_dict
 from .llama import Llama
 
-__all__ = ["GPT2", "Llama", "Decoder", "Block", "random_state_dict"]
+__all__ = ["load", "GPT2", "Llama", "Decoder", "Block", "random_state_dict"]
