@@ -223,7 +223,7 @@ class SignatureRun:
     dps: int
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=2, typed=True)
 def signature_run(n: int = 8, d: int = 8, scale: float = 1.0, layers: int = 8,
                   dps: int = 600, seed: int = 0) -> SignatureRun:
     """The float64 and mpmath trajectories of one stack, and the unrolled cubic bound."""
@@ -490,7 +490,7 @@ _BLOCK_LABEL = {"pure": "attention only", "mlp": "attention + MLP (Lipschitz ≤
                 "skip": "X + f(X)", "alpha": "X + f(X)/√L"}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def stack_explorer_data() -> dict:
     """Every (scale, block) stack of the explorer: tokens, attention, r_l, one-step bounds."""
     X = tokens(_N, _D, seed=3)
@@ -610,7 +610,7 @@ def _alpha_label(a: float) -> str:
     return f"{a:g}"
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def skip_data(seeds: int = 5) -> dict:
     """Medians over seeds of ``||res X_l||_F`` and ``sqrt(N) ||xbar_l||`` (both divided by
     ``||X_0||_F``) and of ``r_l``, for X + alpha f(X) stacks (alpha = 0 means no skip,

@@ -72,7 +72,7 @@ _U = np.array([1.0, 0.0])
 _MAX_N = 10**4
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=8, typed=True)
 def _directions(N: int, seed: int = 0) -> np.ndarray:
     g = np.random.default_rng(seed).standard_normal((N, 2))
     g /= np.linalg.norm(g, axis=1, keepdims=True)
@@ -117,8 +117,7 @@ def castin_code_bound(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, W_V: np.n
     N = X.shape[0]
     name, what = "X, W_Q, W_K, W_V", "Castin et al.'s code bound"
     t = safe_product(rho, r, math.sqrt(N + 1), q, k, x, x, name=name, what=what)
-    # sqrt(t^2 + N), without squaring t
-    root = t * math.sqrt(1 + N / t**2) if t > 1e150 else math.sqrt(t * t + N)
+    root = math.hypot(t, math.sqrt(N))  # sqrt(t^2 + N), without squaring t
     return safe_product(float(np.linalg.norm(W_V / v, 2)), v, root, name=name, what=what)
 
 
@@ -323,7 +322,7 @@ _N_GRID = (4, 16, 64)
 _NAMES = {"random": "random", "two-sided": "two-sided (t² family)", "sink": "sink (√N family)"}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def _explorer_data() -> dict:
     """All curves of the explorer, computed once (matrix-free exact constants)."""
     return {(cfg, N): growth_curves(cfg, N, _T_GRID) for cfg in CONFIGS for N in _N_GRID}

@@ -146,7 +146,7 @@ def _ln_gain(model: dict, tokens: np.ndarray) -> np.ndarray:
     return np.array([np.median(layer_norm_jacobian_norm(x, transformer.EPS)) for x in stream])
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=4, typed=True)
 @single_threaded
 def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
                 steps: int = TRAIN["steps"]) -> dict:

@@ -49,7 +49,7 @@ VARIANT_COLORS = {"post": "C1", "pre": "C0"}
 VARIANT_NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=16, typed=True)
 def profiles(layers: int, d: int = PROFILE_D, seeds: int = PROFILE_SEEDS
              ) -> dict[str, InitProfile]:
     """Both variants' :func:`lipattn.prenorm.init_profile` (cached)."""
@@ -57,7 +57,7 @@ def profiles(layers: int, d: int = PROFILE_D, seeds: int = PROFILE_SEEDS
             for v in ("post", "pre")}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def training_grid() -> dict[str, TrainResult]:
     """The warm-up grid for both variants: ``LRS x WARMUPS x TRAIN_SEEDS`` runs each (cached)."""
     combos = list(itertools.product(LRS, WARMUPS, TRAIN_SEEDS))
@@ -65,7 +65,7 @@ def training_grid() -> dict[str, TrainResult]:
     return {v: train_reversal(v, lr, warm, seed, **TRAIN) for v in ("post", "pre")}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def interventions() -> tuple[list[str], TrainResult]:
     """:data:`INTERVENTIONS` on Post-LN at lr 1e-2 without warm-up, every seed of
     the grid, as one batch (cached); see :func:`lipattn.prenorm.intervention_runs`."""

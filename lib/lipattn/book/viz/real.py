@@ -200,7 +200,7 @@ _T_GRID = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 _FAMILIES = ("random", "two-sided")
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def _explorer_data() -> dict:
     return {f: scale_curves(f, _T_GRID, N=3 if f == "two-sided" else 6,
                             d=2 if f == "two-sided" else 4) for f in _FAMILIES}

@@ -22,7 +22,7 @@ _COLORS = {"post": "C1", "pre": "C0"}
 _NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=2, typed=True)
 def depth_scan(d: int = 16, seeds: int = 3) -> dict[str, Sensitivity]:
     """Post-LN and Pre-LN at :data:`DEPTHS`, plus Pre-LN at the largest depth
     with branches scaled by ``1/sqrt(L)`` (key ``"pre_scaled"``)."""

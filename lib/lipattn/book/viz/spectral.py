@@ -487,7 +487,7 @@ _TRACK_STEPS = 200
 _DRIFTS = (0.001, 0.003, 0.01, 0.03, 0.1)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=2, typed=True)
 def tracking_weight(seed: int = 3) -> np.ndarray:
     """The starting weight of the tracking experiments: 48 x 48, sigma_1 = 1,
     sigma_2 = 0.8, the rest evenly in [0.05, 0.7]."""
@@ -497,7 +497,7 @@ def tracking_weight(seed: int = 3) -> np.ndarray:
     return W
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=4, typed=True)
 def _tracks(seed: int = 1) -> dict:
     W = tracking_weight()
     out = {}
@@ -634,7 +634,7 @@ _RHOS = (0.5, 0.9, 0.99)
 _ANGLES = (10, 75, 89, 90)
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def power_explorer_data() -> dict:
     """Iterates and estimates for every (rho, angle), computed once."""
     out = {}
