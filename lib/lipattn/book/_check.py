@@ -17,7 +17,7 @@ import numpy as np
 
 from .._validate import MAX_COUNT, as_int_at_least, as_real_array
 
-__all__ = ["as_text", "as_counts", "as_reals", "as_result"]
+__all__ = ["as_text", "as_counts", "as_reals", "as_result", "as_tokens"]
 
 
 def as_text(value: Any, name: str, *, allow_empty: bool = False) -> str:
@@ -78,3 +78,18 @@ def as_result(value: Any, name: str, keys: Sequence[str] = (),
     if missing:
         raise ValueError(f"{name} must have the keys {list(keys)}{made}; missing {missing}")
     return value
+
+
+def as_tokens(value: Any, name: str, vocab: int, n_tokens: int) -> np.ndarray:
+    """Return ``value`` as an int array of token ids in [0, vocab), shape (B, n_tokens)."""
+    want = f"{name} must be an int array of token ids in [0, {vocab}), shape (B, {n_tokens})"
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{want}; got {type(value).__name__}")
+    arr = np.asarray(value)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{want}; got dtype {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] != n_tokens:
+        raise ValueError(f"{want}; got shape {arr.shape}")
+    if arr.min() < 0 or arr.max() >= vocab:
+        raise ValueError(f"{want}; got ids from {arr.min()} to {arr.max()}")
+    return arr
