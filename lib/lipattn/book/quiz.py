@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._validate import as_bool, as_choice
+from ._check import as_text
+
 __all__ = ["Option", "Question", "Quiz", "LANGUAGES"]
 
 #: The interface strings of a quiz, per language code.
@@ -80,6 +83,11 @@ class Option:
     correct: bool
     why: str
 
+    def __post_init__(self) -> None:
+        as_text(self.text, "text")
+        as_bool(self.correct, "correct")
+        as_text(self.why, "why", allow_empty=True)
+
 
 @dataclass(frozen=True)
 class Question:
@@ -89,6 +97,13 @@ class Question:
     options: Sequence[Option]
 
     def __post_init__(self) -> None:
+        as_text(self.prompt, "prompt")
+        if isinstance(self.options, (str, bytes)) or not isinstance(self.options, Sequence):
+            raise TypeError(f"options must be a sequence of Option; "
+                            f"got {type(self.options).__name__}")
+        if not all(isinstance(o, Option) for o in self.options):
+            raise TypeError("options must be a sequence of Option; got "
+                            f"{sorted({type(o).__name__ for o in self.options})}")
         if len(self.options) < 2:
             raise ValueError(f"options must hold at least 2 answers; got {len(self.options)}")
         n_right = sum(bool(o.correct) for o in self.options)
@@ -107,10 +122,13 @@ class Quiz:
 
     def __init__(self, questions: Sequence[Question], title: str | None = None,
                  lang: str = "en") -> None:
-        if not questions or not all(isinstance(q, Question) for q in questions):
-            raise TypeError("questions must be a non-empty sequence of Question")
-        if lang not in LANGUAGES:
-            raise ValueError(f"lang must be one of {sorted(LANGUAGES)}; got {lang!r}")
+        if isinstance(questions, (str, bytes)) or not isinstance(questions, Sequence) \
+                or not questions or not all(isinstance(q, Question) for q in questions):
+            raise TypeError("questions must be a non-empty sequence of Question; "
+                            f"got {type(questions).__name__}")
+        lang = as_choice(lang, "lang", tuple(LANGUAGES))
+        if title is not None:
+            as_text(title, "title")
         self.questions = tuple(questions)
         self.lang = lang
         self.title = LANGUAGES[lang]["title"] if title is None else title
@@ -159,7 +177,7 @@ class Quiz:
         questions = [
             Question(pick(q["prompt"], f"question {qi + 1}"), _shuffled(
                 [Option(pick(o["text"], f"question {qi + 1}, option {oi + 1}"),
-                        bool(o["correct"]),
+                        o["correct"],
                         pick(o["why"], f"question {qi + 1}, option {oi + 1}"))
                  for oi, o in enumerate(q["options"])], q))
             for qi, q in enumerate(raw)
