@@ -74,14 +74,17 @@ def _check_size(size: int, name: str) -> None:
         raise ValueError(f"{name} must be at most {_MAX_SIZE}; got {size}")
 
 
-def _checked_stack(n, d, scale, layers, seeds=None):
-    """Validated (n, d, scale, layers[, seeds]) of a stack experiment."""
+def _checked_stack(n, d, scale, layers, *seeds):
+    """Validated (n, d, scale, layers[, seeds]) of a stack experiment.
+
+    Weight scales lie in [1e-6, 1e6]: beyond, the logits of a deep stack
+    overflow or its residuals underflow to 0 in float64.
+    """
+    scale = as_float_in(scale, "scale", 1e-6, 1e6)
     out = (as_count(n, "n", maximum=_MAX_SIDE), as_count(d, "d", maximum=_MAX_SIDE),
-           as_positive_float(scale, "scale"), as_count(layers, "layers", maximum=_MAX_LAYERS))
+           scale, as_count(layers, "layers", maximum=_MAX_LAYERS))
     _check_size(out[0] * out[1] * out[3], "n * d * layers")
-    if seeds is not None:
-        out += (as_count(seeds, "seeds", maximum=_MAX_SEEDS),)
-    return out
+    return out + tuple(as_count(s, "seeds", maximum=_MAX_SEEDS) for s in seeds)
 _PURE, _SKIP, _ALPHA = "C3", "C0", "C2"
 
 
@@ -315,7 +318,7 @@ _MODE_STYLE = {"pure": (_PURE, "pure attention"), "skip": (_SKIP, r"$X + f(X)$")
 def fig_skips(curves: dict, scale: float = 1.0) -> Figure:
     """Median (line) and range over seeds (band) of the absolute and relative residual."""
     curves = as_result(curves, "curves", tuple(_MODE_STYLE), producer="skip_curves")
-    scale = as_positive_float(scale, "scale")
+    scale = as_float_in(scale, "scale", 1e-6, 1e6)
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
     for mode, (color, label) in _MODE_STYLE.items():
         for ax, kind in ((ax1, "abs"), (ax2, "rel")):
@@ -347,7 +350,7 @@ def mlp_curves(lips: tuple[float, ...] = (0.5, 4, 64, 4096), n: int = 16, d: int
     paired comparison.
     """
     n, d, _, layers, seeds = _checked_stack(n, d, 1.0, layers, seeds)
-    lips = tuple(as_reals(lips, "lips", positive=True))
+    lips = tuple(as_reals(lips, "lips", positive=True, maximum=1e6))
     out: dict[float | None, np.ndarray] = {}
     for lip in (None, *lips):
         rows = []
@@ -390,7 +393,7 @@ def regime_grid(scales: np.ndarray | None = None, layers: int = 16, n: int = 16,
     """``log10 r_l`` of pure stacks on a grid of weight scales, shape (seeds, S, layers + 1)."""
     n, d, _, layers, seeds = _checked_stack(n, d, 1.0, layers, seeds)
     scales = (np.geomspace(0.25, 16, 13) if scales is None
-              else as_reals(scales, "scales", positive=True))
+              else as_reals(scales, "scales", positive=True, maximum=1e6))
     _check_size(scales.size * seeds * layers, "scales.size * seeds * layers")
     logr = np.empty((seeds, scales.size, layers + 1))
     for s in range(seeds):

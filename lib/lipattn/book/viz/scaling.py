@@ -296,7 +296,7 @@ def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ..
     """N = 2: exact quadrature, the two asymptotes (which are bounds) and Monte Carlo."""
     table = as_result(table, "table", ("sigma", "jac_norm", "entropy"),
                       producer="two_token_sigma_table")
-    mc_sigmas = as_reals(mc_sigmas, "mc_sigmas", positive=True)
+    mc_sigmas = as_reals(mc_sigmas, "mc_sigmas", positive=True, maximum=1e6)
     samples = as_count(samples, "samples", maximum=10**7 // max(mc_sigmas.size, 1))
     fig, axes = plotting.figure(3, width=8.4, height=3.4)
     s = table["sigma"]
@@ -350,7 +350,7 @@ def fig_mechanism(sigmas: tuple[float, ...] = (1.0, 3.0, 10.0)) -> Figure:
     is ``E||J||_2``; the density is nearly flat over the window, at height
     ``1/(2 sqrt(pi) sigma)``, so the area is about ``2 / (2 sqrt(pi) sigma)``.
     """
-    sigmas = as_reals(sigmas, "sigmas", positive=True)
+    sigmas = as_reals(sigmas, "sigmas", positive=True, maximum=1e6)
     if sigmas.size > 6:
         raise ValueError(f"sigmas must have at most 6 entries (one colour each); got {sigmas.size}")
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.1)
