@@ -71,7 +71,8 @@ def bad_values(kind: str) -> list[tuple[str, Any, str]]:
         return [("None", None, ALWAYS), ("int", 1, ALWAYS), ("bool", True, ALWAYS),
                 ("bytes", b"x", ALWAYS), ("unknown", "no-such-choice", ALWAYS)]
     if kind == "array":
-        return common + [("nan", np.full((3, 3), NAN), ALWAYS), ("inf", np.full((3, 3), INF), ALWAYS),
+        return common + [("nan", np.full((3, 3), NAN), ALWAYS),
+                         ("inf", np.full((3, 3), INF), ALWAYS),
                          ("bool", np.ones((3, 3), bool), ALWAYS),
                          ("complex", np.ones((3, 3), complex), ALWAYS),
                          ("empty", np.zeros((0,)), ALWAYS), ("scalar", 1.0, ALWAYS),
@@ -496,6 +497,6 @@ if __name__ == "__main__":  # the counts, for the issue
     for o, q, a, lab, d in res:
         if o not in ("pass", "skipped") or "-v" in sys.argv:
             print(f"{o:8s} {q}({a}={lab}): {d}")
-    for o, q, a, lab, d in res:
+    for o, q, a, _, d in res:
         if o == "skipped":
             print(f"skipped {q}.{a}: {d}")
