@@ -125,6 +125,9 @@ def _cheap() -> dict[str, dict[str, Any]]:
     model = real.random_model("gpt2", 1, 8, 2)
     trained = pretrained.load()["pre"]
     return {
+        "quiz.Quiz.from_yaml": dict(path=ROOT / "chapters" / "quizzes" / "01_softmax_jacobian.yml"),
+        "quiz.Quiz.combine": dict(quizzes=[quiz.Quiz.from_yaml(
+            ROOT / "chapters" / "quizzes" / "01_softmax_jacobian.yml")]),
         "quiz.Quiz": dict(questions=[quiz.Question("p", (opt, quiz.Option("c", False, "d")))]),
         "pretrained.measure": dict(models=pretrained.load(), tokens=pretrained.eval_tokens(2),
                                    scales=(2.0,)),
@@ -240,6 +243,8 @@ KINDS = {
     "audit.section_label.number": "count",
     "audit.interview_answer.chapter": "choice", "audit.interview_answer.lang": "choice",
     "audit.traps.lang": "choice", "quiz.Quiz.lang": "choice",
+    "quiz.Quiz.from_yaml.lang": "choice", "quiz.Quiz.from_yaml.path": "obj",
+    "quiz.Quiz.from_yaml.select": "counts",
     "interview.load.chapter": "choice", "interview.stale_fields.chapter": "choice",
     "interview.answer.chapter": "choice", "interview.answer.lang": "choice",
     "interview.question.chapter": "choice", "interview.question.lang": "choice",
@@ -313,37 +318,50 @@ SKIP = {
 }
 
 
+#: Public methods that take arguments (class methods and the like), swept as functions.
+METHODS = ("quiz.Quiz.from_yaml", "quiz.Quiz.combine")
+
+
+def _public() -> list[tuple[str, Any]]:
+    """(qualname, object) of every name in the modules' ``__all__``, and :data:`METHODS`."""
+    out = []
+    for m in MODULES:
+        mod = importlib.import_module(f"lipattn.book.{m}")
+        out += [(f"{m}.{name}", getattr(mod, name)) for name in mod.__all__]
+    for qual in METHODS:
+        m, cls, meth = qual.rsplit(".", 2)
+        out.append((qual, getattr(getattr(importlib.import_module(f"lipattn.book.{m}"), cls),
+                                  meth)))
+    return out
+
+
 def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:
     """(qualname, callable, base kwargs, arg, label, bad value, ALWAYS|MAYBE)."""
     cheap = _cheap()
     out = []
-    for m in MODULES:
-        mod = importlib.import_module(f"lipattn.book.{m}")
-        for name in mod.__all__:
-            obj = getattr(mod, name)
-            qual = f"{m}.{name}"
-            if not callable(obj) or qual in SKIP:
-                continue
-            if inspect.isclass(obj) and not dataclasses.is_dataclass(obj) and \
-                    "__init__" not in vars(obj):
-                continue  # explorers: no arguments; render is swept below
-            try:
-                sig = inspect.signature(obj)
-            except (TypeError, ValueError):
-                continue
-            params = [p for p in sig.parameters.values()
-                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-            base = dict(cheap.get(qual, {}))
-            missing = [p.name for p in params if p.default is p.empty and p.name not in base]
-            for p in params:
-                kind = KINDS.get(f"{qual}.{p.name}") or kind_of(p.name, p.annotation, p.default)
-                for label, value, how in bad_values(kind):
-                    if value is None and p.default is None:
-                        continue  # None is the default: a valid value
-                    if missing and missing != [p.name]:
-                        out.append((qual, obj, None, p.name, label, value, how))
-                    else:
-                        out.append((qual, obj, base, p.name, label, value, how))
+    for qual, obj in _public():
+        if not callable(obj) or qual in SKIP:
+            continue
+        if inspect.isclass(obj) and not dataclasses.is_dataclass(obj) and \
+                "__init__" not in vars(obj):
+            continue  # explorers: no arguments; render is swept below
+        try:
+            sig = inspect.signature(obj)
+        except (TypeError, ValueError):
+            continue
+        params = [p for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        base = dict(cheap.get(qual, {}))
+        missing = [p.name for p in params if p.default is p.empty and p.name not in base]
+        for p in params:
+            kind = KINDS.get(f"{qual}.{p.name}") or kind_of(p.name, p.annotation, p.default)
+            for label, value, how in bad_values(kind):
+                if value is None and p.default is None:
+                    continue  # None is the default: a valid value
+                if missing and missing != [p.name]:
+                    out.append((qual, obj, None, p.name, label, value, how))
+                else:
+                    out.append((qual, obj, base, p.name, label, value, how))
     return out
 
 

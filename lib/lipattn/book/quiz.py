@@ -153,14 +153,21 @@ class Quiz:
         """
         import yaml
 
-        if lang not in LANGUAGES:
-            raise ValueError(f"lang must be one of {sorted(LANGUAGES)}; got {lang!r}")
+        lang = as_choice(lang, "lang", tuple(LANGUAGES))
+        if not isinstance(path, (str, Path)):
+            raise TypeError(f"path must be a str or Path; got {type(path).__name__}")
+        if not Path(path).is_file():
+            raise ValueError(f"path must name a YAML quiz file; got {path}")
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
             raise ValueError(f"path must name a YAML file with a 'questions' list; got {path}")
         raw = data["questions"]
         if select is not None:
-            bad = [i for i in select if not isinstance(i, int) or not 0 <= i < len(raw)]
+            if isinstance(select, (str, bytes)) or not isinstance(select, Sequence):
+                raise TypeError(f"select must be a sequence of question indices; "
+                                f"got {type(select).__name__}")
+            bad = [i for i in select if isinstance(i, bool) or not isinstance(i, int)
+                   or not 0 <= i < len(raw)]
             if bad or not select:
                 raise ValueError(f"select must list question indices in [0, {len(raw)}); "
                                  f"got {list(select)}")
@@ -188,8 +195,10 @@ class Quiz:
     @classmethod
     def combine(cls, quizzes: Sequence[Quiz], title: str | None = None) -> Quiz:
         """One quiz from the questions of several, in order (same language)."""
-        if not quizzes or not all(isinstance(q, Quiz) for q in quizzes):
-            raise TypeError("quizzes must be a non-empty sequence of Quiz")
+        if isinstance(quizzes, (str, bytes)) or not isinstance(quizzes, Sequence) \
+                or not quizzes or not all(isinstance(q, Quiz) for q in quizzes):
+            raise TypeError("quizzes must be a non-empty sequence of Quiz; "
+                            f"got {type(quizzes).__name__}")
         langs = {q.lang for q in quizzes}
         if len(langs) != 1:
             raise ValueError(f"quizzes must share one language; got {sorted(langs)}")
