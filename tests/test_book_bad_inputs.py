@@ -195,14 +195,14 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "viz.scaling.fig_mechanism": dict(sigmas=(1.0, 3.0)),
         "viz.scaling.mean_inverse_chi": dict(d=4),
         "viz.scaling.nested_logits": dict(d=4, n_keys=3, scaled=True, queries=5),
-        "viz.scaling.fig_intuition": dict(ds=(4, 8), n_keys=3),
+        "viz.scaling.fig_intuition": dict(ds=(4, 8, 16), n_keys=3),
         "viz.scaling.saturation_curves": dict(n_keys=3, ds=(2, 4), samples=10),
         "viz.scaling.two_token_sigma_table": dict(sigmas=np.array([0.5, 1.0])),
         "viz.scaling.fig_two_token_sigma": dict(
             table=scaling.two_token_sigma_table(np.array([0.5, 1.0])), mc_sigmas=(1.0,),
             samples=10),
         "viz.scaling.jac_norm_samples": dict(d=4, n_keys=3, scaled=True, queries=5),
-        "viz.scaling.fig_jac_distribution": dict(n_keys=3, ds=(4, 8), queries=5),
+        "viz.scaling.fig_jac_distribution": dict(n_keys=3, ds=(4, 8, 16), queries=5),
         "viz.scaling.fixed_sigma_profile": dict(n_keys=3, sigmas=np.array([0.5, 1.0]),
                                                 samples=10),
         "viz.scaling.gradient_curves": dict(n_keys=3, ds=(2, 4), samples=10),
@@ -335,6 +335,10 @@ def _public() -> list[tuple[str, Any]]:
     return out
 
 
+#: Callables whose good call takes seconds (their own tests run it): no check of it here.
+SLOW = {"pretrained.measure", "viz.sensitivity.depth_scan", "viz.spectral.tracking_summary"}
+
+
 def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:
     """(qualname, callable, base kwargs, arg, label, bad value, ALWAYS|MAYBE)."""
     cheap = _cheap()
@@ -457,6 +461,16 @@ def sweep() -> list[tuple[str, str, str, str, str]]:
     matplotlib.use("Agg")
     signal.signal(signal.SIGALRM, _raise_timeout)
     results = []
+    seen = set()
+    for qual, obj, base, *_ in cases():  # the good arguments themselves must work
+        required = [p.name for p in inspect.signature(obj).parameters.values()
+                    if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                           p.KEYWORD_ONLY)]
+        if base is None or qual in seen or qual in SLOW or any(r not in base for r in required):
+            continue
+        seen.add(qual)
+        outcome, detail = classify(lambda o=obj, k=base: o(**k), "\0", MAYBE)
+        results.append((outcome, qual, "(good arguments)", "", detail))
     for qual, obj, base, arg, label, value, how in cases():
         if base is None:
             results.append(("skipped", qual, arg, label, "no cheap good arguments"))

@@ -65,6 +65,7 @@ __all__ = [
 ]
 
 _FLOOR = 1e-17
+_PURE, _SKIP, _ALPHA = "C3", "C0", "C2"
 #: Bounds on sizes: beyond them a figure's experiment would run for hours.
 _MAX_SIDE, _MAX_LAYERS, _MAX_SEEDS, _MAX_SIZE = 10**5, 10**4, 10**4, 10**8
 
@@ -85,7 +86,6 @@ def _checked_stack(n, d, scale, layers, *seeds):
            scale, as_count(layers, "layers", maximum=_MAX_LAYERS))
     _check_size(out[0] * out[1] * out[3], "n * d * layers")
     return out + tuple(as_count(s, "seeds", maximum=_MAX_SEEDS) for s in seeds)
-_PURE, _SKIP, _ALPHA = "C3", "C0", "C2"
 
 
 def tokens(n: int, d: int, seed: int = 0, mean: float = 0.0) -> np.ndarray:
@@ -167,7 +167,7 @@ def leading_coefficient_table(n: int = 6, d: int = 4, scale: float = 1.5, seed: 
 
 
 def _as_eps(eps) -> np.ndarray:
-    """``eps``: positive reals in (0, 1], at most 10**4 of them."""
+    """``eps``: positive reals at most 1e3, at most 10**4 of them."""
     eps = as_reals(eps, "eps", positive=True, maximum=1e3)
     if eps.size > 10**4:
         raise ValueError(f"eps must have at most 10**4 entries; got {eps.size}")
@@ -233,7 +233,7 @@ def signature_run(n: int = 8, d: int = 8, scale: float = 1.0, layers: int = 8,
     n, d, scale, layers = _checked_stack(n, d, scale, layers)
     if layers > 64:
         raise ValueError(f"layers must be at most 64 (the digits grow as 3**layers); got {layers}")
-    dps = as_int_at_least(dps, "dps", 30, 10**5)
+    dps = as_int_at_least(dps, "dps", 15, 10**5)
     seed = as_seed(seed)
     X = tokens(n, d, seed, mean=1.0)
     W = random_weights(d, scale, layers, seed)

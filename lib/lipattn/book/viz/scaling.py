@@ -161,8 +161,8 @@ def nested_logits(d: int, n_keys: int, scaled: bool, queries: int = 2000,
 def fig_intuition(ds: tuple[int, ...] = (4, 64, 1024), n_keys: int = 64, seed: int = 0) -> Figure:
     """One query's sorted attention weights over 64 keys, scaled and unscaled, at a few d."""
     ds = _grid_ds(ds, "ds")
-    if len(ds) > 3:
-        raise ValueError(f"ds must have at most 3 entries (one colour each); got {len(ds)}")
+    if len(ds) != 3:
+        raise ValueError(f"ds must have 3 entries (one colour each); got {len(ds)}")
     n_keys, seed = as_int_at_least(n_keys, "n_keys", 1, 1024), as_seed(seed)
     fig, axes = plotting.figure(2, width=8.4, height=3.0, sharey=True)
     rank = np.arange(1, n_keys + 1)
@@ -391,8 +391,8 @@ def fig_jac_distribution(n_keys: int = 64, ds: tuple[int, ...] = (16, 256, 4096)
                          queries: int = 2000, seed: int = 0) -> Figure:
     """Histograms of ||J||_2 over queries (unscaled) and its quantiles against d."""
     ds = _grid_ds(ds, "ds")
-    if len(ds) > 3:
-        raise ValueError(f"ds must have at most 3 entries (one colour each); got {len(ds)}")
+    if len(ds) != 3:
+        raise ValueError(f"ds must have 3 entries (one colour each); got {len(ds)}")
     n_keys = as_int_at_least(n_keys, "n_keys", 1, 1024)
     queries = as_int_at_least(queries, "queries", 2, 2000)
     seed = as_seed(seed)
