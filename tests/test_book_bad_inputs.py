@@ -124,7 +124,25 @@ def _cheap() -> dict[str, dict[str, Any]]:
     part = audit.Part("s", "true", "z")
     model = real.random_model("gpt2", 1, 8, 2)
     trained = pretrained.load()["pre"]
+    top = np.array([[5.0, 6.0], [2e3, 50.0]])                      # a synthetic logit sweep
+    arm = {"max_logit": top[:, :, None, None] * np.ones((1, 1, 2, 3)),
+           "final_loss": np.array([[0.01, 0.02], [2.7, 0.05]]),
+           "lipschitz": np.stack([np.ones((2, 2, 1)), top[:, :, None]], axis=2)}
+    sweep = {"lrs": np.array([1e-2, 1e-1]), "seeds": np.array([0, 1]), False: arm, True: arm}
+    depths, per_seed = np.array([2.0, 4.0, 8.0]), np.ones((3, 4)) * np.array([[1.0], [2], [3]])
+    ts = (0.5, 1.0)
     return {
+        "viz.logits.summary": dict(sweep=sweep),
+        "viz.prenorm.fig_last_layer": dict(depths=depths,
+                                           grads={"post": per_seed, "pre": per_seed}, d=4),
+        "viz.prenorm.fig_amplification": dict(
+            depths=depths, amp={k: {"post": per_seed, "pre": per_seed} for k in ("random", "sign")},
+            sizes={"random": 1e-3, "sign": 1e-5}),
+        "viz.real.fig_variants": dict(ts=ts, curves={
+            f: real.scale_curves(f, ts, d=2, N=3) for f in ("random", "two-sided")}),
+        "viz.scaling.fig_nonmonotone": dict(
+            curves={2: (np.full(13, 0.3), np.full(13, 0.01))},
+            profile=scaling.fixed_sigma_profile(3, np.array([0.5, 1.0]), samples=10), n_keys=3),
         "quiz.Quiz.from_yaml": dict(path=ROOT / "chapters" / "quizzes" / "01_softmax_jacobian.yml"),
         "quiz.Quiz.combine": dict(quizzes=[quiz.Quiz.from_yaml(
             ROOT / "chapters" / "quizzes" / "01_softmax_jacobian.yml")]),

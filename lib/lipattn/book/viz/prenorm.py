@@ -174,10 +174,19 @@ def _power_law_panel(ax, depths: np.ndarray, per_variant: dict) -> None:
     ax.set_xlabel("depth L (log axis)")
 
 
+def _check_per_depth(per_variant: dict, name: str, depths: np.ndarray) -> None:
+    """Each variant's samples must be an array of shape (len(depths), seeds)."""
+    for v in ("post", "pre"):
+        if np.ndim(per_variant[v]) != 2 or np.shape(per_variant[v])[0] != depths.size:
+            raise ValueError(f"{name}[{v!r}] must have shape ({depths.size}, seeds), one row "
+                             f"per entry of depths; got shape {np.shape(per_variant[v])}")
+
+
 def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
     """The last layer's W_2 gradient against depth, with fitted power laws."""
     depths = as_reals(depths, "depths", positive=True)
     grads = as_result(grads, "grads", ("post", "pre"))
+    _check_per_depth(grads, "grads", depths)
     d = as_count(d, "d")
     fig, ax = plotting.figure(width=6.4, height=3.4)
     _power_law_panel(ax, depths, grads)
@@ -340,6 +349,9 @@ def fig_amplification(depths, amp: dict[str, dict[str, np.ndarray]],
     """Output change against depth for random and sign perturbations."""
     depths = as_reals(depths, "depths", positive=True)
     amp = as_result(amp, "amp", ("random", "sign"))
+    for kind in ("random", "sign"):
+        _check_per_depth(as_result(amp[kind], f"amp[{kind!r}]", ("post", "pre")),
+                         f"amp[{kind!r}]", depths)
     sizes = as_result(sizes, "sizes")
     fig, axes = plotting.figure(2, width=9.4, height=3.6)
     titles = {"random": "random ±η perturbation", "sign": "Adam-like: −η·sign(gradient)"}

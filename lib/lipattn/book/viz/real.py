@@ -212,6 +212,12 @@ def fig_variants(ts, curves: dict) -> Figure:
     ts = as_reals(ts, "ts", positive=True)
     curves = as_result(curves, "curves", ("random", "two-sided"),
                        producer="scale_curves, per family")
+    for family in ("random", "two-sided"):
+        c = as_result(curves[family], f"curves[{family!r}]", VARIANTS, producer="scale_curves")
+        for v in VARIANTS:
+            if np.shape(c[v]) != ts.shape:
+                raise ValueError(f"curves[{family!r}][{v!r}] must have one value per entry of "
+                                 f"ts, shape {ts.shape}; got shape {np.shape(c[v])}")
     fig, axes = plotting.figure(2, width=8.4, height=3.5, sharey=True)
     for ax, (family, c) in zip(axes, curves.items(), strict=True):
         for v in VARIANTS:
