@@ -642,7 +642,7 @@ def random_logit_entropies(T: int, s: np.ndarray, samples: int = 400, seed: int 
     s = as_reals(s, "s")
     if np.any(s < 0) or np.any(s > 1e100):
         raise ValueError(f"s must hold centred norms in [0, 1e100]; got {s.min()!r} to {s.max()!r}")
-    samples = as_count(samples, "samples", maximum=max(1, 10**7 // (T * s.size)))
+    samples = as_count(samples, "samples", maximum=max(1, 5 * 10**7 // (T * s.size)))  # memory
     g = np.random.default_rng(as_seed(seed)).standard_normal((samples, T))
     g -= g.mean(axis=1, keepdims=True)
     g /= np.linalg.norm(g, axis=1, keepdims=True)
