@@ -136,9 +136,18 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="says must be"):
         Part(" ", "true", "s")
     with pytest.raises(ValueError, match="parts must not be empty"):
-        Claim(9, "t", (), "c", "s", "ch", (), {"en": "", "zh": ""})
+        Claim(9, "t", (), "c", "s", "01_softmax_jacobian", (), {"en": "e", "zh": "z"})
     with pytest.raises(ValueError, match="trap must have"):
-        Claim(9, "t", (Part("x", "true", "s"),), "c", "s", "ch", (), {"en": ""})
+        Claim(9, "t", (Part("x", "true", "s"),), "c", "s", "01_softmax_jacobian", (),
+              {"en": "e"})
+    good = dict(number=9, topic="t", parts=(Part("x", "true", "s"),), correct="c", short="s",
+                chapter="01_softmax_jacobian", refs=(), trap={"en": "e", "zh": "z"})
+    for arg, bad in (("number", "one"), ("number", 1.0), ("number", True), ("number", 0),
+                     ("topic", None), ("correct", 1), ("short", b"s"), ("chapter", "ch"),
+                     ("parts", "x"), ("refs", "thm"), ("refs", (1,)), ("trap", None),
+                     ("trap", {"en": None, "zh": "z"})):
+        with pytest.raises((TypeError, ValueError), match=arg):
+            Claim(**good | {arg: bad})
     with pytest.raises(ValueError, match="number must be one of"):
         audit.claim(9)
     with pytest.raises(TypeError, match="number must be an int"):

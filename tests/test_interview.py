@@ -170,8 +170,13 @@ def test_bad_inputs(tmp_path):
         iv.answer(iv.CHAPTERS[0], "fr")
     with pytest.raises(ValueError, match="parts must be"):
         iv.answer(iv.CHAPTERS[0], parts=("abstract",))
-    with pytest.raises(ValueError, match="no answer file"):
+    with pytest.raises(ValueError, match="folder must hold .* answer file"):
         iv.load(iv.CHAPTERS[0], tmp_path)
+    with pytest.raises(TypeError, match="folder must be a str or Path"):
+        iv.load(iv.CHAPTERS[0], 1.5)
+    for parts in (None, 1.5, "spoken"):
+        with pytest.raises(ValueError, match="parts must be"):
+            iv.answer(iv.CHAPTERS[0], parts=parts)
     (tmp_path / f"{iv.CHAPTERS[0]}.yml").write_text("spoken: {en: a, zh: b}\n")
     with pytest.raises(ValueError, match="missing parts"):
         iv.load(iv.CHAPTERS[0], tmp_path)

@@ -47,6 +47,25 @@ def test_questions_need_exactly_one_right_answer():
         Quiz([])
 
 
+@pytest.mark.parametrize("field, bad", [("text", None), ("text", ""), ("text", 1),
+                                        ("correct", "no"), ("correct", 1), ("correct", None),
+                                        ("why", None), ("why", b"x")])
+def test_options_refuse_fields_of_the_wrong_kind(field, bad):
+    """Option(correct='no') was a right answer (bool('no') is True), and
+    Option(text=None) rendered as 'None'."""
+    with pytest.raises((TypeError, ValueError), match=field):
+        Option(**{"text": "a", "correct": True, "why": "b"} | {field: bad})
+
+
+def test_a_yaml_correct_must_be_a_boolean(tmp_path):
+    path = tmp_path / "q.yml"
+    path.write_text("questions:\n  - prompt: p\n    options:\n"
+                    "      - {text: a, correct: 'no', why: w}\n"
+                    "      - {text: b, correct: true, why: w}\n")
+    with pytest.raises(TypeError, match="correct must be True or False; got str"):
+        Quiz.from_yaml(path)
+
+
 BILINGUAL = """
 title: {en: Self-check, zh: 自测}
 questions:

@@ -164,3 +164,11 @@ def test_explorer_rejects_bad_values():
     with pytest.raises(TypeError):
         ex.render(depth=1)
     assert math.isclose(viz._SCALES[1], 1.0)
+
+
+@pytest.mark.parametrize("mean, exc", [(np.nan, ValueError), (np.inf, ValueError),
+                                       (True, TypeError), (1j, TypeError), ("1", TypeError)])
+def test_tokens_refuse_a_mean_that_is_not_a_finite_real(mean, exc):
+    with pytest.raises(exc, match="mean"):
+        viz.tokens(4, 3, mean=mean)
+    assert np.array_equal(viz.tokens(4, 3, mean=2.5), viz.tokens(4, 3) + 2.5)

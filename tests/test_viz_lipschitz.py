@@ -52,6 +52,46 @@ def test_castin_code_bound_is_above_the_exact_constant():
         assert local_lipschitz(X, *W) <= viz.castin_code_bound(X, *W)
 
 
+def _castin_reference(X, W_Q, W_K, W_V):
+    """The code bound as Castin et al.'s code writes it (no rescaling)."""
+    A = W_Q @ W_K.T / math.sqrt(W_Q.shape[1])
+    diff = X[:, None, :] - X[None, :, :]
+    r = float(np.sqrt(np.max(np.sum(diff * diff, axis=-1))))
+    rho = max(float(np.max(np.linalg.norm(X @ A.T, axis=1))),
+              float(np.max(np.linalg.norm(X @ A, axis=1))))
+    N = X.shape[0]
+    return float(np.linalg.norm(W_V, 2)), rho * r * math.sqrt(N + 1), N
+
+
+def test_castin_code_bound_matches_the_formula_at_every_scale():
+    """Equal to the direct formula at ordinary inputs; at 2**±400 times them (where the
+    direct formula overflows or underflows) equal to its exact scaling."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((5, 3))
+    W = [rng.standard_normal((3, 4)) for _ in range(2)] + [rng.standard_normal((3, 2))]
+    v, t, N = _castin_reference(X, *W)
+    assert viz.castin_code_bound(X, *W) == pytest.approx(v * math.sqrt(t * t + N), rel=1e-14)
+    c = 2.0**400  # r and rho are linear in X, so t scales as c^2 and dominates N
+    assert viz.castin_code_bound(c * X, *W) == pytest.approx(v * c * c * t, rel=1e-14)
+    assert viz.castin_code_bound(X / c, *W) == pytest.approx(v * math.sqrt(N), rel=1e-14)
+    with pytest.raises(ValueError, match="X, W_Q, W_K, W_V must give .* overflows"):
+        viz.castin_code_bound(1e200 * X, *W)
+
+
+@pytest.mark.parametrize("arg, bad, exc", [
+    ("X", np.full((5, 3), np.nan), ValueError), ("X", np.full((5, 3), np.inf), ValueError),
+    ("X", np.ones((5, 3), bool), TypeError), ("X", np.ones((5, 3), complex), TypeError),
+    ("X", "x", TypeError), ("X", np.ones(3), ValueError), ("X", np.ones((2, 5, 3)), ValueError),
+    ("W_Q", np.ones((4, 4)), ValueError), ("W_K", np.ones((3, 2)), ValueError),
+    ("W_V", np.ones((2, 2)), ValueError), ("W_V", True, TypeError)])
+def test_castin_code_bound_refuses_bad_input_by_name(arg, bad, exc):
+    rng = np.random.default_rng(0)
+    good = {"X": rng.standard_normal((5, 3)), "W_Q": np.eye(3), "W_K": np.eye(3),
+            "W_V": np.eye(3)}
+    with pytest.raises(exc, match=arg):
+        viz.castin_code_bound(**good | {arg: bad})
+
+
 def test_figures_and_tables():
     curves = viz.growth_curves("two-sided", 3, [1.0, 8.0])
     assert curves.exact[1] > curves.card[1]

@@ -75,3 +75,12 @@ def test_attention_diagram_and_explorer_logits():
     assert isinstance(viz.fig_attention_diagram(), Figure)
     z = viz.explorer_logits(0.75)
     assert z.shape == (5,) and z[0] == 0.75 and np.all(z[1:] == [1.0, 0.5, 0.0, -1.0])
+
+
+def test_simplex_grid_resolution_is_bounded():
+    """10**9 points per edge was a hang (5 * 10**17 grid points); the bound is named."""
+    for bad, exc in ((10**9, ValueError), (3, ValueError), (120.0, TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="resolution"):
+            viz.simplex_grid(bad)
+    p, _ = viz.simplex_grid(1000)
+    assert p.shape == (999 * 998 // 2, 3)

@@ -179,6 +179,21 @@ def test_bad_slider_values_are_rejected():
         Slider("x", (1,))
     with pytest.raises(ValueError, match="default"):
         Slider("x", (1, 2), default=3)
+    for bad in (True, np.array([0.05, 1.0]), "1.0", None, np.nan):
+        with pytest.raises(ValueError, match="scale must be one of"):
+            ex.render(scale=bad)
+
+
+def test_slider_values_match_kind_for_kind():
+    """True is not the value 1 (nor False 0), a string not a number, an array no value."""
+    s = Slider("d", (0, 1, 2.0, "a", False))
+    assert [s.index(v) for v in (0, 1, 2, 2.0, np.int64(1), np.float64(2.0), "a", False,
+                                 np.bool_(False))] == [0, 1, 2, 2, 1, 2, 3, 4, 4]
+    assert [s.index(v) for v in (True, "0", np.array([0, 1]), None, 0j, b"a")] == [-1] * 6
+    for field, bad in (("name", None), ("name", ""), ("label", 1), ("fmt", "x"),
+                       ("values", "ab"), ("values", None)):
+        with pytest.raises((TypeError, ValueError), match=field):
+            Slider(**{"name": "s", "values": (1, 2)} | {field: bad})
 
 
 def test_in_a_kernel_one_output_carries_the_widget_and_the_player():

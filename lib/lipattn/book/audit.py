@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._validate import as_choice, as_int_at_least
 from . import interview
+from ._check import as_text
 
 __all__ = ["VERDICTS", "SCALE", "Part", "Claim", "CLAIMS", "claim", "verdict_table",
            "claim_box", "scale_list", "traps", "section_label", "interview_answer"]
@@ -67,12 +69,9 @@ class Part:
     size: str
 
     def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
+        as_choice(self.verdict, "verdict", VERDICTS)
         for name in ("says", "size"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{name} must be a non-empty string")
+            as_text(getattr(self, name), name)
 
 
 @dataclass(frozen=True)
@@ -109,11 +108,28 @@ class Claim:
     trap: dict[str, str]
 
     def __post_init__(self) -> None:
+        as_int_at_least(self.number, "number", 1, 99)
+        for name in ("topic", "correct", "short"):
+            as_text(getattr(self, name), name)
+        as_choice(self.chapter, "chapter", interview.CHAPTERS)
+        if not isinstance(self.parts, tuple) or not all(isinstance(p, Part) for p in self.parts):
+            raise TypeError(f"claim {self.number}: parts must be a tuple of Part; "
+                            f"got {type(self.parts).__name__}")
         if not self.parts:
             raise ValueError(f"claim {self.number}: parts must not be empty")
+        if not isinstance(self.refs, tuple):
+            raise TypeError(f"claim {self.number}: refs must be a tuple of prf labels; "
+                            f"got {type(self.refs).__name__}")
+        for r in self.refs:
+            as_text(r, "each entry of refs")
+        if not isinstance(self.trap, dict):
+            raise TypeError(f"claim {self.number}: trap must be a dict language -> text; "
+                            f"got {type(self.trap).__name__}")
         missing = set(_VERDICT_WORDS) - set(self.trap)
         if missing:
             raise ValueError(f"claim {self.number}: trap must have languages {sorted(missing)}")
+        for lang, text in self.trap.items():
+            as_text(text, f"trap[{lang!r}]")
 
     @property
     def says(self) -> str:
@@ -353,6 +369,13 @@ def _verdict_words(c: Claim, lang: str = "en") -> str:
     return "; ".join(f"**{words[p.verdict]}** ({i})" for i, p in enumerate(c.parts, 1))
 
 
+def _check_claims(claims: tuple[Claim, ...]) -> None:
+    if not isinstance(claims, (tuple, list)) or not claims or not all(
+            isinstance(c, Claim) for c in claims):
+        raise TypeError(f"claims must be a non-empty sequence of Claim; "
+                        f"got {type(claims).__name__}")
+
+
 def verdict_table(claims: tuple[Claim, ...] = CLAIMS) -> str:
     """The audit's table, one row per claim (a MyST ``list-table``).
 
@@ -361,8 +384,7 @@ def verdict_table(claims: tuple[Claim, ...] = CLAIMS) -> str:
     chapter and theorems that settle it. A claim with several parts numbers
     them in the claim and in the verdict.
     """
-    if not claims or not all(isinstance(c, Claim) for c in claims):
-        raise TypeError("claims must be a non-empty sequence of Claim")
+    _check_claims(claims)
     rows = ["```{list-table}", ":header-rows: 1", ":widths: 50 16 34", "",
             "* - The card says", "  - Verdict", "  - The truth, and where it is proved"]
     for c in claims:
@@ -409,8 +431,7 @@ def traps(lang: str = "en", claims: tuple[Claim, ...] = CLAIMS) -> str:
     """
     if lang not in _VERDICT_WORDS:
         raise ValueError(f"lang must be one of {sorted(_VERDICT_WORDS)}; got {lang!r}")
-    if not claims or not all(isinstance(c, Claim) for c in claims):
-        raise TypeError("claims must be a non-empty sequence of Claim")
+    _check_claims(claims)
     card_zh = {  # the card's claims in Chinese, part by part
         1: (r"softmax 雅可比矩阵 $\diag(p) - pp^\top$ 的谱范数以 1 为上界。",),
         2: (r"softmax 在 $\ell_\infty$ 下的 Lipschitz 常数恰好为 1，",
@@ -478,4 +499,6 @@ def interview_answer(chapter: str | Path, lang: str = "en",
     """
     if isinstance(chapter, Path):
         chapter = chapter.stem
+    if lang not in _VERDICT_WORDS:
+        raise ValueError(f"lang must be one of {sorted(_VERDICT_WORDS)}; got {lang!r}")
     return interview.answer(chapter, lang, parts)

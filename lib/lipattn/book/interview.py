@@ -124,9 +124,11 @@ def load(chapter: str, folder: str | Path | None = None) -> dict[str, Any]:
     import yaml
 
     stem = _check_chapter(chapter)
+    if folder is not None and not isinstance(folder, (str, Path)):
+        raise TypeError(f"folder must be a str or Path; got {type(folder).__name__}")
     path = Path(FOLDER if folder is None else folder) / f"{stem}.yml"
     if not path.is_file():
-        raise ValueError(f"chapter {stem!r} has no answer file; expected {path}")
+        raise ValueError(f"folder must hold chapter {stem!r}'s answer file; expected {path}")
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of the parts {list(PARTS)}")
@@ -216,7 +218,8 @@ def answer(chapter: str, lang: str = "en", parts: tuple[str, ...] = PARTS) -> st
         led by a bold label.
     """
     _check_lang(lang)
-    if isinstance(parts, str) or not all(p in PARTS for p in parts) or not parts:
+    if not isinstance(parts, (tuple, list)) or not parts or not all(
+            isinstance(p, str) and p in PARTS for p in parts):
         raise ValueError(f"parts must be a non-empty tuple drawn from {PARTS}; got {parts!r}")
     data = load(chapter)
     labels = _LABELS[lang]

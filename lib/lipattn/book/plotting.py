@@ -32,6 +32,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+from .._validate import as_int_at_least, as_positive_float
+
 __all__ = [
     "attention_panel",
     "STYLE_FILE", "use_style", "figure", "figure_png", "setup_notebook", "HALF_COLOR", "ONE_COLOR",
@@ -87,8 +89,12 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = COLUMN_IN, height: 
     axes : Axes or ndarray of Axes
     """
     for arg, value in (("width", width), ("height", height)):
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{arg} must be a positive number of inches; got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0 or value > 100:
+            raise ValueError(f"{arg} must be a positive number of inches, at most 100; "
+                             f"got {value!r}")
+    for arg, value in (("ncols", ncols), ("nrows", nrows)):
+        as_int_at_least(value, arg, 1, 64)
     with plt.style.context(str(STYLE_FILE)):
         fig = Figure(figsize=(min(float(width), COLUMN_IN), float(height)), layout="constrained")
         axes = fig.subplots(nrows, ncols, **subplot_kw)
@@ -206,6 +212,8 @@ def describe(fig: Figure) -> str:
 def phone_min_width(css_width: float, min_font_px: float) -> int:
     """The narrowest width (CSS px) at which a figure's smallest text is
     :data:`PHONE_MIN_TEXT_PX`; at most ``css_width``."""
+    css_width = as_positive_float(css_width, "css_width")
+    min_font_px = as_positive_float(min_font_px, "min_font_px")
     return int(min(css_width, math.ceil(css_width * PHONE_MIN_TEXT_PX / min_font_px)))
 
 

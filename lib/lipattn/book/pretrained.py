@@ -32,10 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import as_count, as_seed
 from ..attention import attention_matrix
 from ..lipschitz import SublayerConstants, sublayer_constants
 from ..training import init_model, model_forward, reversal_batch, train_model
 from ..transformer import PARAM_NAMES, attention_inputs
+from ._check import as_reals, as_result, as_tokens
 
 __all__ = ["DATA_FILE", "FORMAT", "RECIPE", "SIZES", "train", "save", "load", "init",
            "eval_tokens", "Measurements", "measure", "statements", "main"]
@@ -67,7 +69,7 @@ def train(seed: int = RECIPE["seed"]) -> dict[str, dict[str, Any]]:
 def init(seed: int = RECIPE["seed"]) -> dict[str, Any]:
     """The models' common starting point (:func:`lipattn.training.init_model`)."""
     return init_model(SIZES["layers"], SIZES["d"], SIZES["vocab"], SIZES["n_tokens"],
-                      seed=seed)
+                      seed=as_seed(seed))
 
 
 def _meta() -> dict[str, Any]:
@@ -108,6 +110,8 @@ def load(path: str | Path = DATA_FILE) -> dict[str, dict[str, Any]]:
         ``{"pre": model, "post": model}`` with the keys of
         :func:`lipattn.training.train_model`'s models.
     """
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or Path; got {type(path).__name__}")
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path must name a file written by save(); got {path}")
@@ -127,8 +131,8 @@ def load(path: str | Path = DATA_FILE) -> dict[str, dict[str, Any]]:
 
 def eval_tokens(batch: int = 16) -> np.ndarray:
     """The fresh evaluation sequences of Chapter 6, shape (batch, n_tokens)."""
-    return reversal_batch(np.random.default_rng(7), batch, SIZES["n_tokens"],
-                          SIZES["vocab"])[0]
+    batch = as_count(batch, "batch", maximum=10**5)
+    return reversal_batch(np.random.default_rng(7), batch, SIZES["n_tokens"], SIZES["vocab"])[0]
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,13 @@ class Measurements:
 def measure(models: dict[str, dict[str, Any]], tokens: Any = None,
             scales: tuple[float, ...] = (2.0, 4.0, 8.0)) -> Measurements:
     """Everything Chapter 6 reports about ``models`` (float64, exact constants)."""
-    tok = eval_tokens() if tokens is None else np.asarray(tokens)
+    models = as_result(models, "models", _VARIANTS, producer="train or load")
+    for v in _VARIANTS:
+        as_result(models[v], f"models[{v!r}]", ("blocks", "embed", "pos", "unembed"),
+                  producer="train or load")
+    tok = eval_tokens() if tokens is None else as_tokens(
+        tokens, "tokens", SIZES["vocab"], SIZES["n_tokens"])
+    scales = tuple(float(s) for s in as_reals(scales, "scales", positive=True, maximum=1e6))
     start = init()
     N = tok.shape[-1]
     target = np.arange(N)[::-1]
@@ -202,6 +212,7 @@ def statements(m: Measurements) -> dict[str, bool]:
     less: its picture moves with the BLAS kernel (which layer reverses, how
     saturated it is), so only what survives retraining is stated.
     """
+    m = as_result(m, "m", cls=Measurements, producer="measure")
     c = m.const
     med = {k: np.median(v.exact, axis=1) for k, v in c.items()}
     pre, r_pre = c["pre", "trained"], m.reversal_layer["pre"]

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._validate import as_bool, as_choice
+from ._check import as_text
+
 __all__ = ["Option", "Question", "Quiz", "LANGUAGES"]
 
 #: The interface strings of a quiz, per language code.
@@ -80,6 +83,11 @@ class Option:
     correct: bool
     why: str
 
+    def __post_init__(self) -> None:
+        as_text(self.text, "text")
+        as_bool(self.correct, "correct")
+        as_text(self.why, "why", allow_empty=True)
+
 
 @dataclass(frozen=True)
 class Question:
@@ -89,6 +97,13 @@ class Question:
     options: Sequence[Option]
 
     def __post_init__(self) -> None:
+        as_text(self.prompt, "prompt")
+        if isinstance(self.options, (str, bytes)) or not isinstance(self.options, Sequence):
+            raise TypeError(f"options must be a sequence of Option; "
+                            f"got {type(self.options).__name__}")
+        if not all(isinstance(o, Option) for o in self.options):
+            raise TypeError("options must be a sequence of Option; got "
+                            f"{sorted({type(o).__name__ for o in self.options})}")
         if len(self.options) < 2:
             raise ValueError(f"options must hold at least 2 answers; got {len(self.options)}")
         n_right = sum(bool(o.correct) for o in self.options)
@@ -107,10 +122,13 @@ class Quiz:
 
     def __init__(self, questions: Sequence[Question], title: str | None = None,
                  lang: str = "en") -> None:
-        if not questions or not all(isinstance(q, Question) for q in questions):
-            raise TypeError("questions must be a non-empty sequence of Question")
-        if lang not in LANGUAGES:
-            raise ValueError(f"lang must be one of {sorted(LANGUAGES)}; got {lang!r}")
+        if isinstance(questions, (str, bytes)) or not isinstance(questions, Sequence) \
+                or not questions or not all(isinstance(q, Question) for q in questions):
+            raise TypeError("questions must be a non-empty sequence of Question; "
+                            f"got {type(questions).__name__}")
+        lang = as_choice(lang, "lang", tuple(LANGUAGES))
+        if title is not None:
+            as_text(title, "title")
         self.questions = tuple(questions)
         self.lang = lang
         self.title = LANGUAGES[lang]["title"] if title is None else title
@@ -135,14 +153,21 @@ class Quiz:
         """
         import yaml
 
-        if lang not in LANGUAGES:
-            raise ValueError(f"lang must be one of {sorted(LANGUAGES)}; got {lang!r}")
+        lang = as_choice(lang, "lang", tuple(LANGUAGES))
+        if not isinstance(path, (str, Path)):
+            raise TypeError(f"path must be a str or Path; got {type(path).__name__}")
+        if not Path(path).is_file():
+            raise ValueError(f"path must name a YAML quiz file; got {path}")
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
             raise ValueError(f"path must name a YAML file with a 'questions' list; got {path}")
         raw = data["questions"]
         if select is not None:
-            bad = [i for i in select if not isinstance(i, int) or not 0 <= i < len(raw)]
+            if isinstance(select, (str, bytes)) or not isinstance(select, Sequence):
+                raise TypeError(f"select must be a sequence of question indices; "
+                                f"got {type(select).__name__}")
+            bad = [i for i in select if isinstance(i, bool) or not isinstance(i, int)
+                   or not 0 <= i < len(raw)]
             if bad or not select:
                 raise ValueError(f"select must list question indices in [0, {len(raw)}); "
                                  f"got {list(select)}")
@@ -159,7 +184,7 @@ class Quiz:
         questions = [
             Question(pick(q["prompt"], f"question {qi + 1}"), _shuffled(
                 [Option(pick(o["text"], f"question {qi + 1}, option {oi + 1}"),
-                        bool(o["correct"]),
+                        o["correct"],
                         pick(o["why"], f"question {qi + 1}, option {oi + 1}"))
                  for oi, o in enumerate(q["options"])], q))
             for qi, q in enumerate(raw)
@@ -170,8 +195,10 @@ class Quiz:
     @classmethod
     def combine(cls, quizzes: Sequence[Quiz], title: str | None = None) -> Quiz:
         """One quiz from the questions of several, in order (same language)."""
-        if not quizzes or not all(isinstance(q, Quiz) for q in quizzes):
-            raise TypeError("quizzes must be a non-empty sequence of Quiz")
+        if isinstance(quizzes, (str, bytes)) or not isinstance(quizzes, Sequence) \
+                or not quizzes or not all(isinstance(q, Quiz) for q in quizzes):
+            raise TypeError("quizzes must be a non-empty sequence of Quiz; "
+                            f"got {type(quizzes).__name__}")
         langs = {q.lang for q in quizzes}
         if len(langs) != 1:
             raise ValueError(f"quizzes must share one language; got {sorted(langs)}")

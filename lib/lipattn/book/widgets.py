@@ -47,6 +47,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from . import plotting
+from ._check import as_text
 
 __all__ = ["Slider", "Explorer", "EXPLORERS", "register", "get_explorer"]
 
@@ -176,6 +177,24 @@ def _default_fmt(value: Any) -> str:
     return str(value)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Whether slider value ``a`` is ``b``, kind for kind (see :meth:`Slider.index`)."""
+    if a is b:
+        return True
+    bools = (bool, np.bool_)
+    if isinstance(a, bools) or isinstance(b, bools):
+        return isinstance(a, bools) and isinstance(b, bools) and bool(a) == bool(b)
+    reals = (int, float, np.integer, np.floating)
+    if isinstance(a, reals) or isinstance(b, reals):
+        return isinstance(a, reals) and isinstance(b, reals) and a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except (TypeError, ValueError):  # arrays and the like are no slider value
+        return False
+
+
 @dataclass(frozen=True)
 class Slider:
     """One slider of an explorer.
@@ -206,6 +225,16 @@ class Slider:
     kind: str = "auto"
 
     def __post_init__(self) -> None:
+        as_text(self.name, "name")
+        if isinstance(self.values, (str, bytes, Mapping)) or not isinstance(
+                self.values, (Sequence, np.ndarray)):
+            raise TypeError(f"values must be a sequence of the slider's values; "
+                            f"got {type(self.values).__name__}")
+        if self.label is not None:
+            as_text(self.label, "label")
+        if not callable(self.fmt):
+            raise TypeError(f"fmt must be a callable that formats a value; "
+                            f"got {type(self.fmt).__name__}")
         if len(self.values) < 2:
             raise ValueError(
                 f"slider {self.name!r} needs at least 2 values; got {len(self.values)}")
@@ -217,9 +246,13 @@ class Slider:
                              f"got {self.kind!r}")
 
     def index(self, value: Any) -> int:
-        """Position of ``value`` among the slider's values, or -1."""
+        """Position of ``value`` among the slider's values, or -1.
+
+        A bool matches only a bool, a string only a string and a number only a
+        number (not a bool): ``True`` is not the value 1, nor an array any value.
+        """
         for i, v in enumerate(self.values):
-            if v is value or v == value:
+            if _same(v, value):
                 return i
         return -1
 

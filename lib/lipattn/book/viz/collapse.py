@@ -16,7 +16,14 @@ import numpy as np
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 
-from ..._validate import as_int_at_least, as_positive_float
+from ..._validate import (
+    as_count,
+    as_float_in,
+    as_int_at_least,
+    as_positive_float,
+    as_real_float,
+    as_seed,
+)
 from ...attention import attention_matrix, self_attention
 from ...collapse import (
     cubic_constant,
@@ -30,6 +37,7 @@ from ...collapse import (
     trajectory,
 )
 from .. import plotting
+from .._check import as_counts, as_reals, as_result
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
@@ -58,12 +66,33 @@ __all__ = [
 
 _FLOOR = 1e-17
 _PURE, _SKIP, _ALPHA = "C3", "C0", "C2"
+#: Bounds on sizes: beyond them a figure's experiment would run for hours.
+_MAX_SIDE, _MAX_LAYERS, _MAX_SEEDS, _MAX_SIZE = 10**5, 10**4, 10**4, 10**8
+
+
+def _check_size(size: int, name: str) -> None:
+    if size > _MAX_SIZE:
+        raise ValueError(f"{name} must be at most {_MAX_SIZE}; got {size}")
+
+
+def _checked_stack(n, d, scale, layers, *seeds):
+    """Validated (n, d, scale, layers[, seeds]) of a stack experiment.
+
+    Weight scales lie in [1e-6, 1e6]: beyond, the logits of a deep stack
+    overflow or its residuals underflow to 0 in float64.
+    """
+    scale = as_float_in(scale, "scale", 1e-6, 1e6)
+    out = (as_count(n, "n", maximum=_MAX_SIDE), as_count(d, "d", maximum=_MAX_SIDE),
+           scale, as_count(layers, "layers", maximum=_MAX_LAYERS))
+    _check_size(out[0] * out[1] * out[3], "n * d * layers")
+    return out + tuple(as_count(s, "seeds", maximum=_MAX_SEEDS) for s in seeds)
 
 
 def tokens(n: int, d: int, seed: int = 0, mean: float = 0.0) -> np.ndarray:
     """``n`` standard-normal tokens in ``R^d`` plus ``mean`` in every coordinate, (n, d)."""
-    n = as_int_at_least(n, "n", 1)
-    d = as_int_at_least(d, "d", 1)
+    n, d = as_count(n, "n", maximum=_MAX_SIDE), as_count(d, "d", maximum=_MAX_SIDE)
+    seed, mean = as_seed(seed), as_real_float(mean, "mean")
+    _check_size(n * d, "n * d")
     return np.random.default_rng(10_000 + seed).standard_normal((n, d)) + mean
 
 
@@ -76,8 +105,10 @@ def mlp_weights(d: int, lip: float, layers: int, seed: int = 0,
     random matrices the largest local Jacobian norm is well below it.
     Shapes (layers, d, h) and (layers, h, d), ``h = 4d`` unless given.
     """
-    lip = as_positive_float(lip, "lip")
-    h = 4 * d if hidden is None else as_int_at_least(hidden, "hidden", 1)
+    d, layers = as_count(d, "d", maximum=_MAX_SIDE), as_count(layers, "layers", maximum=_MAX_LAYERS)
+    lip, seed = as_positive_float(lip, "lip"), as_seed(seed)
+    h = 4 * d if hidden is None else as_count(hidden, "hidden", maximum=_MAX_SIDE)
+    _check_size(layers * d * h, "layers * d * hidden")
     rng = np.random.default_rng(20_000 + seed)
     W1 = rng.standard_normal((layers, d, h))
     W2 = rng.standard_normal((layers, h, d))
@@ -91,6 +122,10 @@ def mlp_weights(d: int, lip: float, layers: int, seed: int = 0,
 # --------------------------------------------------------------------------
 def fig_intro(n: int = 24, scale: float = 1.5, layers: int = 4, seed: int = 1) -> Figure:
     """Tokens in R^2 under pure attention with W_V = I, one panel per layer."""
+    n, _, scale, layers = _checked_stack(n, 2, scale, layers)
+    if layers > 12:
+        raise ValueError(f"layers must be at most 12 (one panel each); got {layers}")
+    seed = as_seed(seed)
     X = tokens(n, 2, seed)
     W_Q, W_K, _ = random_weights(2, scale, layers, seed)
     Xs, _ = stack_states(X, W_Q, W_K, np.eye(2), layers)
@@ -117,7 +152,9 @@ def leading_coefficient_table(n: int = 6, d: int = 4, scale: float = 1.5, seed: 
                               eps: np.ndarray | None = None) -> dict[str, np.ndarray | float]:
     """``||res f(1 xbar^T + eps R)||_F / ||eps R||_F^3`` against eps, the exact leading
     coefficient and the bound ``c``."""
-    eps = np.geomspace(1.0, 3e-4, 15) if eps is None else np.asarray(eps, float)
+    n, d, scale, _ = _checked_stack(n, d, scale, 1)
+    seed = as_seed(seed)
+    eps = np.geomspace(1.0, 3e-4, 15) if eps is None else _as_eps(eps)
     rng = np.random.default_rng(seed)
     W_Q, W_K, W_V = (w[0] for w in random_weights(d, scale, 1, seed))
     xbar = rng.standard_normal(d)
@@ -129,8 +166,18 @@ def leading_coefficient_table(n: int = 6, d: int = 4, scale: float = 1.5, seed: 
     return {"eps": eps, "ratio": ratio, "lead": lead, "c": cubic_constant(W_Q, W_K, W_V)}
 
 
+def _as_eps(eps) -> np.ndarray:
+    """``eps``: positive reals at most 1e3, at most 10**4 of them."""
+    eps = as_reals(eps, "eps", positive=True, maximum=1e3)
+    if eps.size > 10**4:
+        raise ValueError(f"eps must have at most 10**4 entries; got {eps.size}")
+    return eps
+
+
 def fig_leading(table: dict) -> Figure:
     """The ratio against eps (converging to the leading coefficient) and its relative error."""
+    table = as_result(table, "table", ("eps", "ratio", "lead", "c"),
+                      producer="leading_coefficient_table")
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.0)
     e = table["eps"]
     ax1.plot(e, table["ratio"], "o-", ms=3, color="C0",
@@ -179,10 +226,15 @@ class SignatureRun:
     dps: int
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=2, typed=True)
 def signature_run(n: int = 8, d: int = 8, scale: float = 1.0, layers: int = 8,
                   dps: int = 600, seed: int = 0) -> SignatureRun:
     """The float64 and mpmath trajectories of one stack, and the unrolled cubic bound."""
+    n, d, scale, layers = _checked_stack(n, d, scale, layers)
+    if layers > 64:
+        raise ValueError(f"layers must be at most 64 (the digits grow as 3**layers); got {layers}")
+    dps = as_int_at_least(dps, "dps", 15, 10**5)
+    seed = as_seed(seed)
     X = tokens(n, d, seed, mean=1.0)
     W = random_weights(d, scale, layers, seed)
     log_f64 = trajectory(X, *W, layers, log10=True)
@@ -204,6 +256,7 @@ def signature_run(n: int = 8, d: int = 8, scale: float = 1.0, layers: int = 8,
 
 def fig_signature(run: SignatureRun) -> Figure:
     """Digits of collapse -log10 r_l on a log axis, and the exponent ratio."""
+    run = as_result(run, "run", cls=SignatureRun, producer="signature_run")
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
     L = run.log_mp.size - 1
     ell = np.arange(L + 1)
@@ -244,6 +297,7 @@ def skip_curves(n: int = 16, d: int = 64, scale: float = 1.0, layers: int = 20,
                 seeds: int = 5) -> dict[str, dict[str, np.ndarray]]:
     """Absolute and relative residuals against depth for pure attention, X + f(X) and
     X + f(X)/sqrt(L); ``out[mode][kind]`` has shape (seeds, layers + 1)."""
+    n, d, scale, layers, seeds = _checked_stack(n, d, scale, layers, seeds)
     modes = {"pure": (False, 1.0), "skip": (True, 1.0), "alpha": (True, 1 / math.sqrt(layers))}
     out: dict[str, dict[str, np.ndarray]] = {}
     for mode, (skip, alpha) in modes.items():
@@ -263,6 +317,8 @@ _MODE_STYLE = {"pure": (_PURE, "pure attention"), "skip": (_SKIP, r"$X + f(X)$")
 
 def fig_skips(curves: dict, scale: float = 1.0) -> Figure:
     """Median (line) and range over seeds (band) of the absolute and relative residual."""
+    curves = as_result(curves, "curves", tuple(_MODE_STYLE), producer="skip_curves")
+    scale = as_float_in(scale, "scale", 1e-6, 1e6)
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
     for mode, (color, label) in _MODE_STYLE.items():
         for ax, kind in ((ax1, "abs"), (ax2, "rel")):
@@ -293,7 +349,8 @@ def mlp_curves(lips: tuple[float, ...] = (0.5, 4, 64, 4096), n: int = 16, d: int
     tokens (seed ``s`` draws them identically for every ``lip``), so the curves are a
     paired comparison.
     """
-    seeds = as_int_at_least(seeds, "seeds", 1)
+    n, d, _, layers, seeds = _checked_stack(n, d, 1.0, layers, seeds)
+    lips = tuple(as_reals(lips, "lips", positive=True, maximum=1e6))
     out: dict[float | None, np.ndarray] = {}
     for lip in (None, *lips):
         rows = []
@@ -308,7 +365,7 @@ def mlp_curves(lips: tuple[float, ...] = (0.5, 4, 64, 4096), n: int = 16, d: int
 def fig_mlp(curves: dict[float | None, np.ndarray]) -> Figure:
     """Median relative residual against depth: attention only (``curves[None]``) and
     attention + MLP for each Lipschitz bound."""
-    pure = curves[None]
+    pure = as_result(curves, "curves", (None,), producer="mlp_curves")[None]
     fig, ax = plotting.figure(1, width=8.4, height=3.0)
     ell = np.arange(pure.shape[1])
     ax.plot(ell, np.median(np.maximum(pure, _FLOOR), 0), "o-", color=_PURE, ms=3,
@@ -334,7 +391,10 @@ def fig_mlp(curves: dict[float | None, np.ndarray]) -> Figure:
 def regime_grid(scales: np.ndarray | None = None, layers: int = 16, n: int = 16, d: int = 64,
                 seeds: int = 8) -> dict[str, np.ndarray]:
     """``log10 r_l`` of pure stacks on a grid of weight scales, shape (seeds, S, layers + 1)."""
-    scales = np.geomspace(0.25, 16, 13) if scales is None else np.asarray(scales, float)
+    n, d, _, layers, seeds = _checked_stack(n, d, 1.0, layers, seeds)
+    scales = (np.geomspace(0.25, 16, 13) if scales is None
+              else as_reals(scales, "scales", positive=True, maximum=1e6))
+    _check_size(scales.size * seeds * layers, "scales.size * seeds * layers")
     logr = np.empty((seeds, scales.size, layers + 1))
     for s in range(seeds):
         X = tokens(n, d, s)
@@ -346,6 +406,8 @@ def regime_grid(scales: np.ndarray | None = None, layers: int = 16, n: int = 16,
 
 def fig_regime(grid: dict[str, np.ndarray], alive: float = 1e-3) -> Figure:
     """Heatmaps: median log10 r_l, and the share of seeds with r_l > ``alive``."""
+    grid = as_result(grid, "grid", ("scale", "log_r"), producer="regime_grid")
+    alive = as_float_in(alive, "alive", 0.0, 1.0, lo_open=True)
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.4)
     sc, lr = grid["scale"], np.maximum(grid["log_r"], -16.5)
     L = lr.shape[2] - 1
@@ -373,7 +435,9 @@ def gradient_table(n: int = 16, d: int = 16, seed: int = 0,
                    eps: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """``||dL/dW_Q||_F`` for ``X = 1 xbar^T + eps R`` (unit ``||R||_F``) and a fixed
     random upstream gradient, against the relative residual of ``X``."""
-    eps = np.geomspace(3.0, 1e-4, 16) if eps is None else np.asarray(eps, float)
+    n, d, _, _ = _checked_stack(n, d, 1.0, 1)
+    seed = as_seed(seed)
+    eps = np.geomspace(3.0, 1e-4, 16) if eps is None else _as_eps(eps)
     rng = np.random.default_rng(seed)
     W_Q, W_K, W_V = (w[0] for w in random_weights(d, 1.0, 1, seed))
     xbar = rng.standard_normal(d)
@@ -388,6 +452,7 @@ def gradient_table(n: int = 16, d: int = 16, seed: int = 0,
 
 def fig_gradient(table: dict[str, np.ndarray]) -> Figure:
     """The query-weight gradient against the relative residual, log-log."""
+    table = as_result(table, "table", ("eps", "r", "grad"), producer="gradient_table")
     fig, ax = plotting.figure(1, width=6.0, height=3.0)
     ax.loglog(table["r"], table["grad"], "o-", ms=3, color="C0",
               label=r"$\|\partial L/\partial W_Q\|_F$")
@@ -404,6 +469,8 @@ def init_sharpness(ds: tuple[int, ...] = (16, 64, 256, 1024), n: int = 16,
                    seeds: int = 5) -> dict[int, float]:
     """Mean over rows and seeds of max_j P_ij for one layer at initialisation
     (standard-normal tokens, weights N(0, 1/d)); 1/n would be uniform attention."""
+    ds = as_counts(ds, "ds", maximum=_MAX_SIDE)
+    n, _, _, _, seeds = _checked_stack(n, max(ds), 1.0, 1, seeds)
     out = {}
     for d in ds:
         vals = []
@@ -426,7 +493,7 @@ _BLOCK_LABEL = {"pure": "attention only", "mlp": "attention + MLP (Lipschitz ≤
                 "skip": "X + f(X)", "alpha": "X + f(X)/√L"}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def stack_explorer_data() -> dict:
     """Every (scale, block) stack of the explorer: tokens, attention, r_l, one-step bounds."""
     X = tokens(_N, _D, seed=3)
@@ -546,11 +613,12 @@ def _alpha_label(a: float) -> str:
     return f"{a:g}"
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def skip_data(seeds: int = 5) -> dict:
     """Medians over seeds of ``||res X_l||_F`` and ``sqrt(N) ||xbar_l||`` (both divided by
     ``||X_0||_F``) and of ``r_l``, for X + alpha f(X) stacks (alpha = 0 means no skip,
     X <- f(X)); N = 16, d = 32, L = 20. ``out[(scale, alpha)][key]`` has shape (L + 1,)."""
+    seeds = as_count(seeds, "seeds", maximum=1000)
     out = {}
     for s in _SKIP_SCALES:
         for a in _ALPHAS:

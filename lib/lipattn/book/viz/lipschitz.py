@@ -19,8 +19,17 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from ..._validate import as_int_at_least, as_positive_float
-from ...attention import attention_matrix
+from ..._validate import (
+    as_choice,
+    as_count,
+    as_int_at_least,
+    as_positive_float,
+    as_seed,
+    safe_norm,
+    safe_product,
+    scale_of,
+)
+from ...attention import attention_matrix, check_attention_args
 from ...lipschitz import (
     SublayerConstants,
     card_bound,
@@ -32,6 +41,7 @@ from ...lipschitz import (
     two_sided_tokens,
 )
 from .. import plotting
+from .._check import as_counts, as_reals, as_result
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
@@ -58,9 +68,11 @@ CONFIGS = ("random", "two-sided", "sink")
 #: Identity weights in d = 2, as a tuple (W_Q, W_K, W_V).
 IDENTITY = (np.eye(2), np.eye(2), np.eye(2))
 _U = np.array([1.0, 0.0])
+#: Largest number of tokens of the chapter's experiments (the exact constants cost N^2).
+_MAX_N = 10**4
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=8, typed=True)
 def _directions(N: int, seed: int = 0) -> np.ndarray:
     g = np.random.default_rng(seed).standard_normal((N, 2))
     g /= np.linalg.norm(g, axis=1, keepdims=True)
@@ -70,8 +82,9 @@ def _directions(N: int, seed: int = 0) -> np.ndarray:
 
 def tokens(config: str, t: float, N: int) -> np.ndarray:
     """The chapter's input of family ``config`` at scale ``t`` with ``N`` tokens, shape (N, 2)."""
+    config = as_choice(config, "config", CONFIGS)
     t = as_positive_float(t, "t", allow_zero=True)
-    N = as_int_at_least(N, "N", 2)
+    N = as_int_at_least(N, "N", 2, _MAX_N)
     if config == "random":
         return t * np.array(_directions(N))
     if config == "two-sided":
@@ -89,13 +102,23 @@ def castin_code_bound(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, W_V: np.n
     (here the larger of :math:`\|A x_i\|` and :math:`\|A^\top x_i\|`, so that
     the transpose convention cannot make it smaller), :math:`A = W_Q W_K^\top/\sqrt{d_k}`.
     """
-    A = W_Q @ W_K.T / math.sqrt(W_Q.shape[1])
-    diff = X[:, None, :] - X[None, :, :]
-    r = float(np.sqrt(np.max(np.sum(diff * diff, axis=-1))))
-    rho = max(float(np.max(np.linalg.norm(X @ A.T, axis=1))),
-              float(np.max(np.linalg.norm(X @ A, axis=1))))
+    X, W_Q, W_K, W_V = check_attention_args(X, W_Q, W_K, W_V)
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (N, d) (one sequence); got shape {X.shape}")
+    # X = x Xs, W = w Ws with Xs, Ws of order 1 (powers of two: exact), so that no
+    # square overflows or underflows; the products are taken without overflow.
+    x, q, k, v = (scale_of(M) for M in (X, W_Q, W_K, W_V))
+    Xs = X / x
+    As = (W_Q / q) @ (W_K / k).T / math.sqrt(W_Q.shape[1])
+    diff = Xs[:, None, :] - Xs[None, :, :]
+    r = float(np.max(safe_norm(diff, axis=-1)))
+    rho = max(float(np.max(safe_norm(Xs @ As.T, axis=1))),
+              float(np.max(safe_norm(Xs @ As, axis=1))))
     N = X.shape[0]
-    return float(np.linalg.norm(W_V, 2)) * math.sqrt(rho**2 * r**2 * (N + 1) + N)
+    name, what = "X, W_Q, W_K, W_V", "Castin et al.'s code bound"
+    t = safe_product(rho, r, math.sqrt(N + 1), q, k, x, x, name=name, what=what)
+    root = math.hypot(t, math.sqrt(N))  # sqrt(t^2 + N), without squaring t
+    return safe_product(float(np.linalg.norm(W_V / v, 2)), v, root, name=name, what=what)
 
 
 # --------------------------------------------------------------------------
@@ -131,7 +154,12 @@ class GrowthCurves:
 
 def growth_curves(config: str, N: int, ts) -> GrowthCurves:
     """:class:`GrowthCurves` of family ``config`` with N tokens on the grid ``ts``."""
-    ts = np.asarray(ts, dtype=float)
+    config = as_choice(config, "config", CONFIGS)
+    N = as_int_at_least(N, "N", 2, _MAX_N)
+    ts = as_reals(ts, "ts")
+    if np.any(ts < 0) or ts.size > 10**4:
+        raise ValueError(f"ts must hold at most 10**4 scales t >= 0; got {ts.size} "
+                         f"with minimum {ts.min()!r}")
     W = IDENTITY
     rows = []
     for t in ts:
@@ -145,6 +173,7 @@ def growth_curves(config: str, N: int, ts) -> GrowthCurves:
 
 def fig_t_growth(curves: GrowthCurves) -> Figure:
     """Log-log: exact constant, bound, card formula, L2 attention against t."""
+    curves = as_result(curves, "curves", cls=GrowthCurves, producer="growth_curves")
     fig, ax = plotting.figure(1, width=8.4, height=3.6)
     c = curves
     ax.loglog(c.t, c.exact, "o-", ms=3.5, color="C0", lw=2,
@@ -168,15 +197,24 @@ def fig_t_growth(curves: GrowthCurves) -> Figure:
 # --------------------------------------------------------------------------
 def sink_table(radii, Ns) -> dict:
     """Exact constants of the sink input, ``table[R]`` an array over ``Ns``."""
-    return {float(R): np.array([local_lipschitz(sink_tokens(float(R), int(n), _U), *IDENTITY,
+    radii = as_reals(radii, "radii", positive=True)
+    Ns = as_counts(Ns, "Ns", minimum=2, maximum=_MAX_N)
+    if radii.size * len(Ns) > 10**4:
+        raise ValueError(f"radii and Ns must make at most 10**4 pairs; got {radii.size * len(Ns)}")
+    return {float(R): np.array([local_lipschitz(sink_tokens(float(R), n, _U), *IDENTITY,
                                                 method="lanczos") for n in Ns])
             for R in radii}
 
 
 def fig_sqrt_n(table: dict, Ns) -> Figure:
     """Log-log: the sink input's constant against N at several radii, with sqrt(N)."""
+    table = as_result(table, "table", producer="sink_table")
+    Ns = np.asarray(as_counts(Ns, "Ns", minimum=2, maximum=_MAX_N), dtype=float)
+    for R, vals in table.items():
+        if np.shape(vals) != Ns.shape:
+            raise ValueError(f"table[{R!r}] must have one value per entry of Ns, shape "
+                             f"{Ns.shape}; got shape {np.shape(vals)}")
     fig, ax = plotting.figure(1, width=8.4, height=3.4)
-    Ns = np.asarray(Ns, dtype=float)
     for k, (R, vals) in enumerate(table.items()):
         ax.loglog(Ns, vals, "o-", ms=3.5, color=f"C{k}", label=f"radius R = {R:g}")
     ax.loglog(Ns, np.sqrt(Ns), "k:", lw=1.2, label=r"$\sqrt{N}$")
@@ -197,8 +235,8 @@ def looseness_sample(samples: int = 200, seed: int = 0) -> dict:
     the two-sided family, the sink input (along a random direction), or a
     cluster of near-duplicates. Returns ``{"random": ratios, "adversarial": ratios}``.
     """
-    samples = as_int_at_least(samples, "samples", 1)
-    rng = np.random.default_rng(seed)
+    samples = as_count(samples, "samples", maximum=10**6)
+    rng = np.random.default_rng(as_seed(seed))
     out: dict[str, list[float]] = {"random": [], "adversarial": []}
     for k in range(samples):
         N, d = int(rng.integers(2, 25)), int(rng.integers(2, 7))
@@ -221,6 +259,7 @@ def looseness_sample(samples: int = 200, seed: int = 0) -> dict:
 
 def fig_looseness(ratios: dict) -> Figure:
     """Histogram of bound / exact (log axis) for random and adversarial inputs."""
+    ratios = as_result(ratios, "ratios", ("random", "adversarial"), producer="looseness_sample")
     fig, ax = plotting.figure(1, width=8.4, height=3.0)
     allr = np.concatenate(list(ratios.values()))
     edges = np.geomspace(1.0, max(2.0, float(allr.max()) * 1.05), 30)
@@ -247,6 +286,9 @@ def fig_trained(const: dict) -> Figure:
         for ``variant`` in ``("pre", "post")`` and ``state`` in
         ``("init", "trained")``. Lines: medians over the batch; triangles: maxima.
     """
+    const = as_result(const, "const", [(v, s) for v in ("pre", "post")
+                                       for s in ("init", "trained")],
+                      producer="lipattn.book.pretrained.measure(...).const")
     fig, axes = plotting.figure(2, width=8.4, height=3.9, sharey=True)
     series = (("card", "card formula, C = 1", "C3"), ("bound", "proved bound", "C2"),
               ("exact", "exact", "C0"))
@@ -280,7 +322,7 @@ _N_GRID = (4, 16, 64)
 _NAMES = {"random": "random", "two-sided": "two-sided (t² family)", "sink": "sink (√N family)"}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def _explorer_data() -> dict:
     """All curves of the explorer, computed once (matrix-free exact constants)."""
     return {(cfg, N): growth_curves(cfg, N, _T_GRID) for cfg in CONFIGS for N in _N_GRID}
@@ -354,21 +396,34 @@ def cost_table(sizes, dense_max_side: int = 1200, seed: int = 0) -> list[dict]:
     Random tokens and weights (Gaussian, weights scaled by 1/sqrt d), d_k = d_v = d.
     The dense path runs only when ``N * d <= dense_max_side``. Each row has
     ``N, d, dense_s, lanczos_s, products, rel_diff, dense_gb`` (the memory the
-    dense Jacobian needs); missing values are ``nan``.
+    dense Jacobian needs); ``dense_s`` and ``rel_diff`` are ``None`` where the dense
+    path did not run.
     """
     import time
 
     from ...lipschitz import attention_jacobian, local_lipschitz_info
 
+    if not isinstance(sizes, (list, tuple)) or not sizes:
+        raise TypeError("sizes must be a non-empty list of (N, d) pairs; "
+                        f"got {type(sizes).__name__} {sizes!r:.40}")
+    pairs = []
+    for pair in sizes:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError(f"sizes must be a list of (N, d) pairs; got an entry {pair!r}")
+        N, d = (as_count(v, "each N and d of sizes", maximum=10**5) for v in pair)
+        if N * d > 10**6:
+            raise ValueError(f"sizes must have N * d <= 10**6; got ({N}, {d})")
+        pairs.append((N, d))
+    dense_max_side = as_count(dense_max_side, "dense_max_side", maximum=5000)
     rows = []
-    rng = np.random.default_rng(seed)
-    for N, d in sizes:
+    rng = np.random.default_rng(as_seed(seed))
+    for N, d in pairs:
         X = rng.standard_normal((N, d))
         W = [rng.standard_normal((d, d)) / math.sqrt(d) for _ in range(3)]
         t0 = time.perf_counter()
         fast = local_lipschitz_info(X, *W, method="lanczos")
         lanczos_s = time.perf_counter() - t0
-        dense_s = rel = float("nan")
+        dense_s = rel = None
         if N * d <= dense_max_side:
             t0 = time.perf_counter()
             dense = float(np.linalg.norm(attention_jacobian(X, *W), 2))
@@ -384,11 +439,17 @@ def cost_html(rows: list[dict]) -> str:
     """The rows of :func:`cost_table` as an HTML table."""
     head = ("N", "d", "dense Jacobian (memory)", "dense + SVD", "matrix-free", "products",
             "relative difference")
+    if not isinstance(rows, (list, tuple)) or not rows:
+        raise TypeError("rows must be a non-empty list of dicts (as returned by cost_table); "
+                        f"got {type(rows).__name__} {rows!r:.40}")
+    for r in rows:
+        as_result(r, "each entry of rows", ("N", "d", "dense_s", "lanczos_s", "products",
+                                            "rel_diff", "dense_gb"), producer="cost_table")
     out = ["<table class='table'><thead><tr>" + "".join(f"<th>{h}</th>" for h in head)
            + "</tr></thead><tbody>"]
     for r in rows:
-        dense = "—" if math.isnan(r["dense_s"]) else f"{r['dense_s']:.3g} s"
-        rel = "—" if math.isnan(r["rel_diff"]) else f"{r['rel_diff']:.1e}"
+        dense = "—" if r["dense_s"] is None else f"{r['dense_s']:.3g} s"
+        rel = "—" if r["rel_diff"] is None else f"{r['rel_diff']:.1e}"
         mem = f"{r['dense_gb'] * 1e3:.3g} MB" if r["dense_gb"] < 1 else f"{r['dense_gb']:.3g} GB"
         cells = (r["N"], r["d"], mem, dense, f"{r['lanczos_s'] * 1e3:.3g} ms", r["products"], rel)
         out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
@@ -413,7 +474,7 @@ def two_sided_constant_mp(t: float, dps: int = 60):
     import mpmath
 
     t = as_positive_float(t, "t", allow_zero=True)
-    dps = as_int_at_least(dps, "dps", 15)
+    dps = as_int_at_least(dps, "dps", 15, 10**5)
     with mpmath.workdps(dps):
         a = 1 / mpmath.sqrt(2)
         x = [mpmath.mpf(0), mpmath.mpf(t), -mpmath.mpf(t)]

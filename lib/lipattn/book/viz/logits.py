@@ -21,12 +21,14 @@ from matplotlib.figure import Figure
 
 from ... import transformer
 from ..._blas import single_threaded
+from ..._validate import as_bool, as_count, as_float_in, as_positive_float, as_seed, as_tol
 from ...lanczos import jacobian_norm
 from ...layernorm import layer_norm_jacobian_norm
 from ...layers import MultiHeadAttention, attention_core_jvp, attention_core_vjp, layer_lipschitz
 from ...stabilisers import StabilisedAttention
 from ...training import reversal_batch, train_reversal
 from .. import plotting
+from .._check import as_reals, as_result, as_tokens
 from .real import head_constants
 
 __all__ = ["SWEEP", "TRAIN", "logit_sweep", "attention_constants", "head_bounds", "summary",
@@ -68,6 +70,8 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
     -------
     L : ndarray, shape (layers, B)
     """
+    qk_norm, value_path = as_bool(qk_norm, "qk_norm"), as_bool(value_path, "value_path")
+    tol = as_tol(tol)
     blocks, H = _attention_inputs(model, tokens)
     out = np.zeros((len(blocks), len(tokens)))
     for l_, p in enumerate(blocks):
@@ -83,6 +87,8 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
 
 def _attention_inputs(model: dict, tokens: np.ndarray) -> tuple[list, list]:
     """The model's blocks in float64 and each attention sublayer's input LN_1(X_l)."""
+    model = as_result(model, "model", ("blocks", "embed", "pos"), producer="TrainResult.run")
+    tokens = as_tokens(tokens, "tokens", np.shape(model["embed"])[0], np.shape(model["pos"])[0])
     blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, dtype=float)
                for k, v in p.items()} for p in model["blocks"]]
     X = np.asarray(model["embed"], dtype=float)[tokens] + np.asarray(model["pos"], dtype=float)
@@ -111,6 +117,7 @@ def head_bounds(model: dict, tokens: np.ndarray, *, tol: float = 1e-6) -> np.nda
         ``[..., 0]`` the exact constant, ``[..., 1]`` the sum, ``[..., 2]`` the
         root-sum-square form.
     """
+    tol = as_tol(tol)
     blocks, H = _attention_inputs(model, tokens)
     if any(p.get("qk_norm", False) for p in blocks):
         raise ValueError("model must be trained without QK-norm (the heads theorem's "
@@ -146,8 +153,6 @@ def _ln_gain(model: dict, tokens: np.ndarray) -> np.ndarray:
     return np.array([np.median(layer_norm_jacobian_norm(x, transformer.EPS)) for x in stream])
 
 
-@lru_cache(maxsize=4)
-@single_threaded
 def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
                 steps: int = TRAIN["steps"]) -> dict:
     """Train the grid ``lrs x seeds`` with and without QK-norm (cached).
@@ -173,6 +178,18 @@ def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],
         B, 3): :func:`head_bounds` at the last checkpoint for each probe sequence
         (the exact constant, the sum over heads, the root-sum-square form).
     """
+    lrs = tuple(float(v) for v in as_reals(lrs, "lrs", positive=True, maximum=10.0))
+    if not isinstance(seeds, (tuple, list)) or not seeds:
+        raise TypeError(f"seeds must be a non-empty tuple of seeds; got {type(seeds).__name__}")
+    seeds = tuple(as_seed(v, "each entry of seeds") for v in seeds)
+    if len(lrs) * len(seeds) > 100:
+        raise ValueError(f"lrs and seeds must make at most 100 runs; got {len(lrs) * len(seeds)}")
+    return _logit_sweep(lrs, seeds, as_count(steps, "steps", maximum=10**4))
+
+
+@lru_cache(maxsize=4, typed=True)
+@single_threaded
+def _logit_sweep(lrs: tuple[float, ...], seeds: tuple[int, ...], steps: int) -> dict:
     lr = np.repeat(np.asarray(lrs, dtype=float), len(seeds))
     sd = np.tile(np.asarray(seeds), len(lrs))
     kw = TRAIN | {"steps": steps, "keep_at": tuple(t for t in TRAIN["keep_at"] if t <= steps)}
@@ -222,8 +239,12 @@ def summary(sweep: dict, *, big: float = 1e3, learned: float = 0.5) -> dict:
 
     and ``n_seed``, ``n_lr``, and over both arms ``lip_learned_max`` (the
     largest final constant of a run that learned) and ``lip_failed_min`` (the
-    smallest of a run that did not; NaN where no run is of that kind).
+    smallest of a run that did not; ``None`` where no run is of that kind, as is
+    ``{a}_top`` where no learning rate had every seed learn).
     """
+    sweep = as_result(sweep, "sweep", ("lrs", "seeds", False, True), producer="logit_sweep")
+    big = as_positive_float(big, "big")
+    learned = as_float_in(learned, "learned", 0.0, 1e3, lo_open=True)
     out = {"n_seed": len(sweep["seeds"]), "n_lr": len(sweep["lrs"])}
     ends, oks = [], []
     for name, qk in (("no", False), ("qk", True)):
@@ -238,13 +259,13 @@ def summary(sweep: dict, *, big: float = 1e3, learned: float = 0.5) -> dict:
                 f"{name}_learned": ok.sum(axis=1),
                 f"{name}_lip": np.median(lip[:, :, -1], axis=1),
                 f"{name}_lip0": float(np.median(lip[:, :, 0])),
-                f"{name}_top": float(sweep["lrs"][all_ok].max()) if all_ok.size else np.nan,
+                f"{name}_top": float(sweep["lrs"][all_ok].max()) if all_ok.size else None,
                 f"{name}_big": int((top > big).sum()),
                 f"{name}_big_learned": int((ok & (top > big)).sum()),
                 f"{name}_small_failed": int((~ok & (top <= big)).sum())}
     end, ok = np.stack(ends), np.stack(oks)
-    out["lip_learned_max"] = float(end[ok].max()) if ok.any() else np.nan
-    out["lip_failed_min"] = float(end[~ok].min()) if (~ok).any() else np.nan
+    out["lip_learned_max"] = float(end[ok].max()) if ok.any() else None
+    out["lip_failed_min"] = float(end[~ok].min()) if (~ok).any() else None
     return out
 
 
@@ -252,6 +273,7 @@ def fig_logit_sweep(sweep: dict) -> Figure:
     """Three panels against the learning rate, both arms: the largest attention logit
     over training, the final loss, and the attention sublayers' constant at the end
     (every run a faint marker, the median over seeds a line)."""
+    sweep = as_result(sweep, "sweep", ("lrs", "seeds", False, True), producer="logit_sweep")
     fig, axes = plotting.figure(3, width=8.4, height=3.0)
     lrs = sweep["lrs"]
     names = {False: "no QK-norm", True: "QK-norm (LayerNorm per head)"}

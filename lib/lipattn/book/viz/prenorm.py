@@ -15,11 +15,13 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
+from ..._validate import as_count, as_int_at_least, as_positive_float, as_seed
 from ...layernorm import layer_norm_jacobian_norm
 from ...prenorm import InitProfile, fit_power, init_profile, intervention_runs
 from ...training import TrainResult, train_reversal
 from ...transformer import MATRICES
 from .. import plotting
+from .._check import as_reals, as_result, as_text
 from ..widgets import Explorer, Slider, register
 
 __all__ = ["PROFILE_D", "PROFILE_SEEDS", "PROFILE_DEPTHS", "LRS", "WARMUPS", "TRAIN_SEEDS",
@@ -49,15 +51,20 @@ VARIANT_COLORS = {"post": "C1", "pre": "C0"}
 VARIANT_NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
 
-@lru_cache(maxsize=16)
 def profiles(layers: int, d: int = PROFILE_D, seeds: int = PROFILE_SEEDS
              ) -> dict[str, InitProfile]:
     """Both variants' :func:`lipattn.prenorm.init_profile` (cached)."""
+    return _profiles(as_count(layers, "layers", maximum=256), as_count(d, "d", maximum=1024),
+                     as_count(seeds, "seeds", maximum=1000))
+
+
+@lru_cache(maxsize=16, typed=True)
+def _profiles(layers: int, d: int, seeds: int) -> dict[str, InitProfile]:
     return {v: init_profile(layers, d, v, seeds=seeds, n_tokens=PROFILE_TOKENS)
             for v in ("post", "pre")}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def training_grid() -> dict[str, TrainResult]:
     """The warm-up grid for both variants: ``LRS x WARMUPS x TRAIN_SEEDS`` runs each (cached)."""
     combos = list(itertools.product(LRS, WARMUPS, TRAIN_SEEDS))
@@ -65,7 +72,7 @@ def training_grid() -> dict[str, TrainResult]:
     return {v: train_reversal(v, lr, warm, seed, **TRAIN) for v in ("post", "pre")}
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def interventions() -> tuple[list[str], TrainResult]:
     """:data:`INTERVENTIONS` on Post-LN at lr 1e-2 without warm-up, every seed of
     the grid, as one batch (cached); see :func:`lipattn.prenorm.intervention_runs`."""
@@ -75,6 +82,12 @@ def interventions() -> tuple[list[str], TrainResult]:
 
 def grid_index(lr: float, warmup: int, seed: int) -> int:
     """Run index of (lr, warmup, seed) in :func:`training_grid`'s results."""
+    lr, warmup = as_positive_float(lr, "lr"), as_int_at_least(warmup, "warmup", 0)
+    seed = as_seed(seed)
+    for name, value, grid in (("lr", lr, LRS), ("warmup", warmup, WARMUPS),
+                              ("seed", seed, TRAIN_SEEDS)):
+        if value not in grid:
+            raise ValueError(f"{name} must be one of the grid's {grid}; got {value!r}")
     return (LRS.index(lr) * len(WARMUPS) + WARMUPS.index(warmup)) * len(TRAIN_SEEDS) \
         + TRAIN_SEEDS.index(seed)
 
@@ -84,6 +97,9 @@ def grid_index(lr: float, warmup: int, seed: int) -> int:
 # ---------------------------------------------------------------------------
 def fig_ln_norm(eps: float = 1e-5) -> Figure:
     """||J_LN||_2 against the input's standard deviation, d = 2 and d >= 3."""
+    eps = as_positive_float(eps, "eps")
+    if eps > 1.0:
+        raise ValueError(f"eps must be a positive number at most 1; got {eps!r}")
     sig = np.geomspace(1e-5, 10, 300)
     fig, ax = plotting.figure(width=7.0, height=3.2)
     for d, style in ((2, "C1"), (3, "C0"), (64, "C2")):
@@ -118,7 +134,7 @@ def _band(ax, x, samples, color, label):
 def fig_profile(layers: int = 12) -> Figure:
     """Per-layer gradient norms (W_Q and W_2), the residual stream and the
     gradient reaching each layer's input, both variants, at depth ``layers``."""
-    prof = profiles(layers)
+    prof = profiles(as_int_at_least(layers, "layers", 1, 48))
     fig, axes = plotting.figure(2, 2, width=8.4, height=5.8)
     axes = axes.ravel()
     x = np.arange(1, layers + 1)
@@ -158,9 +174,20 @@ def _power_law_panel(ax, depths: np.ndarray, per_variant: dict) -> None:
     ax.set_xlabel("depth L (log axis)")
 
 
+def _check_per_depth(per_variant: dict, name: str, depths: np.ndarray) -> None:
+    """Each variant's samples must be an array of shape (len(depths), seeds)."""
+    for v in ("post", "pre"):
+        if np.ndim(per_variant[v]) != 2 or np.shape(per_variant[v])[0] != depths.size:
+            raise ValueError(f"{name}[{v!r}] must have shape ({depths.size}, seeds), one row "
+                             f"per entry of depths; got shape {np.shape(per_variant[v])}")
+
+
 def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
     """The last layer's W_2 gradient against depth, with fitted power laws."""
-    depths = np.asarray(depths)
+    depths = as_reals(depths, "depths", positive=True)
+    grads = as_result(grads, "grads", ("post", "pre"))
+    _check_per_depth(grads, "grads", depths)
+    d = as_count(d, "d")
     fig, ax = plotting.figure(width=6.4, height=3.4)
     _power_law_panel(ax, depths, grads)
     ax.set_ylabel(r"$\|\partial\ell/\partial W_2^{(L)}\|_F$ (log axis)")
@@ -172,6 +199,16 @@ def fig_last_layer(depths, grads: dict[str, np.ndarray], d: int) -> Figure:
 # ---------------------------------------------------------------------------
 # warm-up
 # ---------------------------------------------------------------------------
+def _check_grid(grid: dict, lr: float | None = None) -> dict:
+    """``grid`` as :func:`training_grid` returns it, and ``lr`` one of :data:`LRS`."""
+    grid = as_result(grid, "grid", ("post", "pre"), producer="training_grid")
+    for v in ("post", "pre"):
+        as_result(grid[v], f"grid[{v!r}]", cls=TrainResult, producer="training_grid")
+    if lr is not None:
+        grid_index(lr, 0, TRAIN_SEEDS[0])
+    return grid
+
+
 def _three_cases(ax, grid: dict[str, TrainResult], lr: float, field: str, **style) -> None:
     """Every seed's curve of ``field`` (a (runs, steps) attribute of TrainResult) at peak
     learning rate ``lr``: Post-LN with and without warm-up, Pre-LN without."""
@@ -186,6 +223,7 @@ def _three_cases(ax, grid: dict[str, TrainResult], lr: float, field: str, **styl
 
 def fig_intuition(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
     """Loss curves at one learning rate: Post-LN with and without warm-up, Pre-LN without."""
+    grid = _check_grid(grid, lr)
     fig, ax = plotting.figure(width=7.0, height=3.2)
     _three_cases(ax, grid, lr, "loss", lw=1.4)
     ax.axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1, label="chance, ln 16")
@@ -200,6 +238,7 @@ def fig_intuition(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
 
 def fig_training_grid(grid: dict[str, TrainResult]) -> Figure:
     """Loss curves: rows variant, columns learning rate, colour warm-up."""
+    grid = _check_grid(grid)
     fig, axes = plotting.figure(len(LRS), 2, width=10.5, height=5.0, sharex=True, sharey=True)
     chance = np.log(TRAIN["vocab"])
     for i, v in enumerate(("post", "pre")):
@@ -227,6 +266,7 @@ def fig_training_grid(grid: dict[str, TrainResult]) -> Figure:
 
 def fig_first_steps(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
     """Adam's first update per layer, and token diversity over the first steps."""
+    grid = _check_grid(grid, lr)
     fig, axes = plotting.figure(2, width=10.0, height=3.3)
     layers = TRAIN["layers"]
     for v in ("post", "pre"):
@@ -258,6 +298,7 @@ def fig_first_steps(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
 def fig_grad_norm(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
     """The whole gradient's norm at every step, every seed: Post-LN with and
     without warm-up and Pre-LN without, at one peak learning rate."""
+    grid = _check_grid(grid, lr)
     fig, ax = plotting.figure(width=7.0, height=3.2)
     _three_cases(ax, grid, lr, "grad_total", lw=1.1, alpha=0.85)
     ax.set_yscale("log")
@@ -272,6 +313,12 @@ def fig_interventions(grid: dict[str, TrainResult], labels: list[str], res: Trai
                       lr: float = 1e-2) -> Figure:
     """Token diversity (left) and loss (right) of the failed Post-LN runs, unmodified
     and under each intervention of :data:`INTERVENTIONS`, every seed."""
+    grid = _check_grid(grid, lr)
+    res = as_result(res, "res", cls=TrainResult, producer="interventions")
+    if not isinstance(labels, (list, tuple)) or not labels:
+        raise TypeError(f"labels must be a non-empty list of labels (from interventions); "
+                        f"got {type(labels).__name__}")
+    labels = [as_text(x, "each entry of labels") for x in labels]
     fig, axes = plotting.figure(2, width=10.0, height=3.4)
     base = [grid_index(lr, 0, s) for s in TRAIN_SEEDS]
     curves = [("no intervention", grid["post"], base, "0.3")]
@@ -300,7 +347,12 @@ def fig_interventions(grid: dict[str, TrainResult], labels: list[str], res: Trai
 def fig_amplification(depths, amp: dict[str, dict[str, np.ndarray]],
                       sizes: dict[str, float]) -> Figure:
     """Output change against depth for random and sign perturbations."""
-    depths = np.asarray(depths)
+    depths = as_reals(depths, "depths", positive=True)
+    amp = as_result(amp, "amp", ("random", "sign"))
+    for kind in ("random", "sign"):
+        _check_per_depth(as_result(amp[kind], f"amp[{kind!r}]", ("post", "pre")),
+                         f"amp[{kind!r}]", depths)
+    sizes = as_result(sizes, "sizes")
     fig, axes = plotting.figure(2, width=9.4, height=3.6)
     titles = {"random": "random ±η perturbation", "sign": "Adam-like: −η·sign(gradient)"}
     for ax, kind in zip(axes, ("random", "sign"), strict=True):

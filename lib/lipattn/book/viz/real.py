@@ -18,10 +18,13 @@ from matplotlib.figure import Figure
 
 from ... import lipschitz as lip
 from ..._blas import single_threaded
+from ..._validate import as_choice, as_count, as_int_at_least, as_real_array, as_seed, as_tol
 from ...layers import MultiHeadAttention, layer_lipschitz
 from ...models import GPT2, Llama, random_state_dict
+from ...models.decoder import Decoder
 from ...stabilisers import StabilisedAttention, sigma_reparam
 from .. import plotting
+from .._check import as_counts, as_reals, as_result
 from ..widgets import Explorer, Slider, register
 
 __all__ = ["random_model", "branch_constants", "head_constants",
@@ -38,6 +41,13 @@ def random_model(layout: str, L: int, d: int, n_head: int, seed: int = 0,
 
     ``init_depth``: GPT-2's residual rescaling as for a model of that depth.
     """
+    layout = as_choice(layout, "layout", ("gpt2", "llama"))
+    L, d = as_count(L, "L", maximum=1000), as_count(d, "d", maximum=4096)
+    n_head, seed = as_count(n_head, "n_head", maximum=d), as_seed(seed)
+    if d % n_head:
+        raise ValueError(f"n_head must divide d = {d}; got {n_head}")
+    if init_depth is not None:
+        init_depth = as_count(init_depth, "init_depth", maximum=10**6)
     if layout == "gpt2":
         return GPT2.from_state_dict(random_state_dict("gpt2", L, d, n_head, seed=seed,
                                                       init_depth=init_depth), n_head=n_head)
@@ -55,6 +65,12 @@ def branch_constants(model, H: np.ndarray, *, tol: float = 1e-6) -> dict:
     at the stream between the sublayers) and ``block``; exact up to the relative
     tolerance ``tol``.
     """
+    if not isinstance(model, Decoder):
+        raise TypeError(f"model must be a GPT2 or Llama model (see random_model); "
+                        f"got {type(model).__name__}")
+    H, tol = as_real_array(H, "H", ndim=2), as_tol(tol)
+    if H.shape[1] != model.d_model:
+        raise ValueError(f"H must have shape (N, {model.d_model}); got shape {H.shape}")
     out = {branch: model.sublayer_lipschitz(H, 0, branch=branch, tol=tol)
            for branch in ("attention", "mlp")}
     out["block"] = model.local_lipschitz(H, stop=1, tol=tol)
@@ -69,6 +85,9 @@ def head_constants(attn: MultiHeadAttention, X: np.ndarray, *, tol: float = 1e-8
     without W_O), ``exact`` (the layer without b_O), ``sum`` (the sum of the
     L_h) and ``sqrt_form`` (:math:`\|W_O\|_2\sqrt{\sum_h c_h^2}`).
     """
+    if not isinstance(attn, MultiHeadAttention):
+        raise TypeError(f"attn must be a MultiHeadAttention; got {type(attn).__name__}")
+    X, tol = as_real_array(X, "X", ndim=2), as_tol(tol)
     heads = [attn.head(i) for i in range(attn.n_head)]
     L_h = np.array([layer_lipschitz(h, X, tol=tol).value for h in heads])
     bare = [MultiHeadAttention(h.W_Q, h.W_K, h.W_V, None, b_Q=h.b_Q, b_K=h.b_K, b_V=h.b_V,
@@ -88,13 +107,14 @@ def depth_profile(layout: str, L: int, depths, *, d: int = 64, n_head: int = 4, 
     Returns ``depths``, ``exact`` and ``product`` (arrays over depths) and
     ``blocks`` (the L per-block constants at the stream entering each block).
     """
+    depths = np.array(as_counts(depths, "depths", maximum=as_count(L, "L", maximum=1000)))
+    N, tol = as_count(N, "N", maximum=10**4), as_tol(tol)
     model = random_model(layout, L, d, n_head, seed)
     H = model.embed(np.arange(N))
     blocks, X = [], H
     for i in range(L):
         blocks.append(model.local_lipschitz(X, start=i, stop=i + 1, tol=tol))
         X = model.forward(X, start=i, stop=i + 1)
-    depths = np.asarray(depths, dtype=int)
     exact = np.array([model.local_lipschitz(H, stop=int(k), tol=tol) for k in depths])
     product = np.array([np.prod(blocks[:k]) for k in depths])
     return {"depths": depths, "exact": exact, "product": product, "blocks": np.array(blocks)}
@@ -102,6 +122,7 @@ def depth_profile(layout: str, L: int, depths, *, d: int = 64, n_head: int = 4, 
 
 def fig_depth(profiles: dict) -> Figure:
     """Log-log: exact end-to-end constant and product bound against depth, per layout."""
+    profiles = as_result(profiles, "profiles", producer="a dict of layout -> depth_profile runs")
     fig, ax = plotting.figure(1, width=8.4, height=3.4)
     names = {"gpt2": "GPT-2 layout", "llama": "Llama layout"}
     for k, (layout, runs) in enumerate(profiles.items()):
@@ -137,6 +158,7 @@ _STYLE = {"standard": ("#1f77b4", "-", "o"), "linear": ("#ff7f0e", "-", "s"),
 
 def variant_layer(name: str, W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray):
     """The single-head layer of a variant (not for ``"l2"``, see :func:`variant_constant`)."""
+    name = as_choice(name, "name", tuple(v for v in VARIANTS if v != "l2"))
     if name == "sigma":
         return StabilisedAttention(*(sigma_reparam(W) for W in (W_Q, W_K, W_V)))
     opts = {"standard": {}, "linear": {"scale": "linear"}, "softcap": {"softcap": 50.0},
@@ -148,10 +170,12 @@ def variant_layer(name: str, W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray):
 
 def variant_constant(name: str, X: np.ndarray, W_Q, W_K, W_V) -> float:
     """Exact local constant of a variant at X (L2 attention ties W_K = W_Q)."""
+    name = as_choice(name, "name", VARIANTS)
+    X = as_real_array(X, "X", ndim=2)
     if name == "l2":
         return lip.l2_local_lipschitz(X, W_Q, W_V, method="lanczos")
     layer = variant_layer(name, W_Q, W_K, W_V)
-    return layer_lipschitz(layer, np.asarray(X, float), tol=1e-9).value
+    return layer_lipschitz(layer, X, tol=1e-9).value
 
 
 def _family(family: str, d: int, N: int, seed: int):
@@ -174,12 +198,26 @@ def scale_curves(family: str, ts, *, d: int = 4, N: int = 6, seed: int = 0) -> d
     ``family``: ``"random"`` (Gaussian tokens with largest norm 1, Gaussian
     weights / sqrt d) or ``"two-sided"`` (t (0, e_1, -e_1, ...), identity weights).
     """
-    X, *W = _family(family, d, N, seed)
+    family = as_choice(family, "family", ("random", "two-sided"))
+    ts = as_reals(ts, "ts", positive=True)
+    if ts.size > 1000:
+        raise ValueError(f"ts must have at most 1000 scales; got {ts.size}")
+    d, N = as_count(d, "d", maximum=256), as_int_at_least(N, "N", 2, 1000)
+    X, *W = _family(family, d, N, as_seed(seed))
     return {v: np.array([variant_constant(v, t * X, *W) for t in ts]) for v in VARIANTS}
 
 
 def fig_variants(ts, curves: dict) -> Figure:
     """Two log-log panels: every variant's exact constant against t, one per family."""
+    ts = as_reals(ts, "ts", positive=True)
+    curves = as_result(curves, "curves", ("random", "two-sided"),
+                       producer="scale_curves, per family")
+    for family in ("random", "two-sided"):
+        c = as_result(curves[family], f"curves[{family!r}]", VARIANTS, producer="scale_curves")
+        for v in VARIANTS:
+            if np.shape(c[v]) != ts.shape:
+                raise ValueError(f"curves[{family!r}][{v!r}] must have one value per entry of "
+                                 f"ts, shape {ts.shape}; got shape {np.shape(c[v])}")
     fig, axes = plotting.figure(2, width=8.4, height=3.5, sharey=True)
     for ax, (family, c) in zip(axes, curves.items(), strict=True):
         for v in VARIANTS:
@@ -200,7 +238,7 @@ _T_GRID = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 _FAMILIES = ("random", "two-sided")
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def _explorer_data() -> dict:
     return {f: scale_curves(f, _T_GRID, N=3 if f == "two-sided" else 6,
                             d=2 if f == "two-sided" else 4) for f in _FAMILIES}

@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from ..._validate import as_bool, as_int_at_least, as_positive_float
+from ..._validate import as_bool, as_count, as_int_at_least, as_seed
 from ...scaling import (
     gradient_norms_fast,
     saturation_per_row,
@@ -30,6 +30,7 @@ from ...scaling import (
 )
 from ...softmax import entropy, softmax, softmax_jacobian_norm
 from .. import plotting
+from .._check import as_counts, as_reals, as_result
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
@@ -85,7 +86,7 @@ def mean_inverse_chi(d: int) -> float:
 # --------------------------------------------------------------------------
 # Common random numbers: nested queries and fixed key directions
 # --------------------------------------------------------------------------
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=4, typed=True)
 def _base_draws(queries: int, max_keys: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``||q_{1:d}||^2`` at every d of D_GRID, shape (queries, 13), and key directions,
     shape (queries, max_keys)."""
@@ -96,6 +97,22 @@ def _base_draws(queries: int, max_keys: int, seed: int) -> tuple[np.ndarray, np.
     r2.setflags(write=False)
     g.setflags(write=False)
     return r2, g
+
+
+def _grid_d(d, name: str) -> int:
+    """``d`` if it is an integer of :data:`D_GRID`, or raise."""
+    d = as_count(d, name)
+    if d not in D_GRID:
+        raise ValueError(f"{name} must be one of {D_GRID}; got {d!r}")
+    return d
+
+
+def _grid_ds(ds, name: str) -> tuple[int, ...]:
+    """``ds``, a non-empty sequence of entries of :data:`D_GRID`, or raise."""
+    ds = as_counts(ds, name, maximum=D_GRID[-1])
+    for d in ds:
+        _grid_d(d, f"each entry of {name}")
+    return ds
 
 
 def nested_logits(d: int, n_keys: int, scaled: bool, queries: int = 2000,
@@ -126,8 +143,7 @@ def nested_logits(d: int, n_keys: int, scaled: bool, queries: int = 2000,
     -------
     ndarray, shape (queries, n_keys)
     """
-    if d not in D_GRID:
-        raise ValueError(f"d must be one of {D_GRID}; got {d!r}")
+    d = _grid_d(d, "d")
     n_keys = as_int_at_least(n_keys, "n_keys", 1)
     if n_keys > 1024:
         raise ValueError(f"n_keys must be at most 1024; got {n_keys}")
@@ -135,7 +151,7 @@ def nested_logits(d: int, n_keys: int, scaled: bool, queries: int = 2000,
     if queries > 2000:
         raise ValueError(f"queries must be at most 2000; got {queries}")
     scaled = as_bool(scaled, "scaled")
-    r2, g = _base_draws(2000, 1024, int(seed))
+    r2, g = _base_draws(2000, 1024, as_seed(seed))
     r = np.sqrt(r2[:queries, D_GRID.index(d)])
     if scaled:
         r = r / math.sqrt(d)
@@ -144,6 +160,10 @@ def nested_logits(d: int, n_keys: int, scaled: bool, queries: int = 2000,
 
 def fig_intuition(ds: tuple[int, ...] = (4, 64, 1024), n_keys: int = 64, seed: int = 0) -> Figure:
     """One query's sorted attention weights over 64 keys, scaled and unscaled, at a few d."""
+    ds = _grid_ds(ds, "ds")
+    if len(ds) != 3:
+        raise ValueError(f"ds must have 3 entries (one colour each); got {len(ds)}")
+    n_keys, seed = as_int_at_least(n_keys, "n_keys", 1, 1024), as_seed(seed)
     fig, axes = plotting.figure(2, width=8.4, height=3.0, sharey=True)
     rank = np.arange(1, n_keys + 1)
     for ax, scaled, title in zip(axes, (True, False), ("with $1/\\sqrt{d_k}$", "without scaling"),
@@ -191,6 +211,10 @@ _FIELDS = ("entropy", "max_p", "jac_norm")
 def saturation_curves(n_keys: int, ds: tuple[int, ...] = D_GRID, samples: int = 10_000,
                       seed: int = 0) -> SaturationCurves:
     """:func:`lipattn.scaling.saturation_stats` at each d, scaled and unscaled."""
+    n_keys = as_int_at_least(n_keys, "n_keys", 1, 10**5)
+    ds = as_counts(ds, "ds", maximum=10**5)
+    samples = as_count(samples, "samples", maximum=10**8 // n_keys)  # cost O(samples N)
+    seed = as_seed(seed)
     out: dict = {}
     for scaled in (True, False):
         rows = [saturation_stats(d, n_keys, scaled, samples, seed=seed + 7919 * k)
@@ -208,6 +232,11 @@ def fig_saturation_curves(curves: list[SaturationCurves]) -> Figure:
     black lines and, without scaling, the leading asymptote averaged over
     ``||q||`` as a dashed grey line.
     """
+    if not isinstance(curves, (list, tuple)) or not curves:
+        raise TypeError("curves must be a non-empty list of SaturationCurves (as returned by "
+                        f"saturation_curves); got {type(curves).__name__} {curves!r:.40}")
+    for c in curves:
+        as_result(c, "each entry of curves", cls=SaturationCurves, producer="saturation_curves")
     fig, axes = plotting.figure(3, width=8.4, height=3.3)
     markers = {2: "s", 8: "^", 64: "o", 256: "D"}
     labels = (r"$\mathbb{E}[H(p)]$ (nats)", r"$1 - \mathbb{E}[\max_j p_j]$",
@@ -248,7 +277,9 @@ def fig_saturation_curves(curves: list[SaturationCurves]) -> Figure:
 # --------------------------------------------------------------------------
 def two_token_sigma_table(sigmas: np.ndarray) -> dict[str, np.ndarray]:
     """Exact and asymptotic E||J||_2 and E[H] for two i.i.d. N(0, sigma^2) logits."""
-    sigmas = np.asarray(sigmas, dtype=float)
+    sigmas = as_reals(sigmas, "sigmas", positive=True)
+    if sigmas.size > 10**4:
+        raise ValueError(f"sigmas must have at most 10**4 entries; got {sigmas.size}")
     ex = [two_token_expectations(float(s)) for s in sigmas]
     a1 = [two_token_asymptotes(float(s), terms=1) for s in sigmas]
     a2 = [two_token_asymptotes(float(s), terms=2) for s in sigmas]
@@ -263,9 +294,13 @@ def two_token_sigma_table(sigmas: np.ndarray) -> dict[str, np.ndarray]:
 def fig_two_token_sigma(table: dict[str, np.ndarray], mc_sigmas: tuple[float, ...] = (0.3, 1, 3,
                         10, 30, 100), samples: int = 20_000, seed: int = 0) -> Figure:
     """N = 2: exact quadrature, the two asymptotes (which are bounds) and Monte Carlo."""
+    table = as_result(table, "table", ("sigma", "jac_norm", "entropy"),
+                      producer="two_token_sigma_table")
+    mc_sigmas = as_reals(mc_sigmas, "mc_sigmas", positive=True, maximum=1e6)
+    samples = as_count(samples, "samples", maximum=10**7 // max(mc_sigmas.size, 1))
     fig, axes = plotting.figure(3, width=8.4, height=3.4)
     s = table["sigma"]
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_seed(seed))
     g = rng.standard_normal((samples, 2))
     mc = [saturation_stats_from_logits(sig * g) for sig in mc_sigmas]
     for ax, f, title in zip(axes[:2], ("jac_norm", "entropy"),
@@ -315,6 +350,9 @@ def fig_mechanism(sigmas: tuple[float, ...] = (1.0, 3.0, 10.0)) -> Figure:
     is ``E||J||_2``; the density is nearly flat over the window, at height
     ``1/(2 sqrt(pi) sigma)``, so the area is about ``2 / (2 sqrt(pi) sigma)``.
     """
+    sigmas = as_reals(sigmas, "sigmas", positive=True, maximum=1e6)
+    if sigmas.size > 6:
+        raise ValueError(f"sigmas must have at most 6 entries (one colour each); got {sigmas.size}")
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.1)
     x = np.linspace(-12.0, 12.0, 1201)
     window = 1.0 / (1.0 + np.cosh(x))
@@ -352,6 +390,12 @@ def jac_norm_samples(d: int, n_keys: int, scaled: bool, queries: int = 2000,
 def fig_jac_distribution(n_keys: int = 64, ds: tuple[int, ...] = (16, 256, 4096),
                          queries: int = 2000, seed: int = 0) -> Figure:
     """Histograms of ||J||_2 over queries (unscaled) and its quantiles against d."""
+    ds = _grid_ds(ds, "ds")
+    if len(ds) != 3:
+        raise ValueError(f"ds must have 3 entries (one colour each); got {len(ds)}")
+    n_keys = as_int_at_least(n_keys, "n_keys", 1, 1024)
+    queries = as_int_at_least(queries, "queries", 2, 2000)
+    seed = as_seed(seed)
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.2)
     edges = np.linspace(0, 0.5, 41)
     for d, color in zip(ds, ("C2", "C3", "C4"), strict=True):
@@ -397,23 +441,30 @@ def fixed_sigma_profile(n_keys: int, sigmas: np.ndarray, samples: int = 4000,
     Returns arrays of shape (len(sigmas),) under ``"sigma"``, ``"jac_norm"``,
     ``"jac_norm_se"``, ``"p1"``, ``"p2"``.
     """
-    n_keys = as_int_at_least(n_keys, "n_keys", 2)
-    g = np.random.default_rng(seed).standard_normal((samples, n_keys))
+    n_keys = as_int_at_least(n_keys, "n_keys", 2, 10**5)
+    samples = as_int_at_least(samples, "samples", 2, 10**7 // n_keys)
+    sigmas = as_reals(sigmas, "sigmas", positive=True)
+    if sigmas.size > 10**4:
+        raise ValueError(f"sigmas must have at most 10**4 entries; got {sigmas.size}")
+    g = np.random.default_rng(as_seed(seed)).standard_normal((samples, n_keys))
     out = {k: [] for k in ("jac_norm", "jac_norm_se", "p1", "p2")}
-    for s in sigmas:
-        sig = as_positive_float(s, "sigmas")
+    for sig in sigmas:
         st = saturation_stats_from_logits(sig * g)
         top2 = -np.partition(-softmax(sig * g), 1, axis=1)[:, :2]
         out["jac_norm"].append(st.jac_norm)
         out["jac_norm_se"].append(st.jac_norm_se)
         out["p1"].append(top2[:, 0].mean())
         out["p2"].append(top2[:, 1].mean())
-    return {"sigma": np.asarray(sigmas, float)} | {k: np.array(v) for k, v in out.items()}
+    return {"sigma": sigmas} | {k: np.array(v) for k, v in out.items()}
 
 
 def fig_nonmonotone(curves: dict[int, np.ndarray], profile: dict[str, np.ndarray],
                     n_keys: int = 64) -> Figure:
     """Left: unscaled E||J||_2 against d for several N. Right: the mechanism at fixed sigma."""
+    curves = as_result(curves, "curves")
+    profile = as_result(profile, "profile", ("sigma", "jac_norm", "jac_norm_se", "p1", "p2"),
+                        producer="fixed_sigma_profile")
+    n_keys = as_count(n_keys, "n_keys")
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
     dd = np.array(D_GRID)
     for (n, (mean, se)), color in zip(curves.items(), ("C0", "C2", "C1", "C4", "C5"),
@@ -455,6 +506,10 @@ def gradient_curves(n_keys: int = 64, ds: tuple[int, ...] = D_GRID, samples: int
     (len(ds),) (means and standard errors), and ``<name>_q`` to arrays of
     shape (len(ds), 3), the 10 %, 50 % and 90 % quantiles.
     """
+    n_keys = as_int_at_least(n_keys, "n_keys", 1, 10**5)
+    ds = as_counts(ds, "ds", maximum=10**5)
+    samples = as_int_at_least(samples, "samples", 2, 10**8 // n_keys)  # cost O(samples N)
+    seed = as_seed(seed)
     out: dict = {"d": np.asarray(ds)}
     names = ("logits", "query", "keys", "values")
     fields = (*names, *(n + "_se" for n in names), *(n + "_q" for n in names))
@@ -471,6 +526,8 @@ def fig_gradients(grads: dict, n_keys: int = 64) -> Figure:
     One panel per gradient, scaled against unscaled. The median and the band
     show the typical query; the mean (open markers) is carried by a few.
     """
+    grads = as_result(grads, "grads", ("d", True, False), producer="gradient_curves")
+    n_keys = as_count(n_keys, "n_keys")
     fig, axes = plotting.figure(3, width=8.4, height=3.3, sharex=True)
     dd = grads["d"]
     panels = {"logits": r"logits $\|\partial L/\partial s\|$",
@@ -507,10 +564,11 @@ def logit_step_gain(d: int, n_keys: int, scaled: bool, samples: int = 200,
     For ``d >> N``, ``K K^T ~ d I`` and the gain is about ``c^2 d``: 1 with
     scaling, ``d`` without.
     """
-    d = as_int_at_least(d, "d", 1)
-    n_keys = as_int_at_least(n_keys, "n_keys", 2)
+    d = as_count(d, "d", maximum=10**5)
+    n_keys = as_int_at_least(n_keys, "n_keys", 2, 10**5)
     scaled = as_bool(scaled, "scaled")
-    rng = np.random.default_rng(seed)
+    samples = as_count(samples, "samples", maximum=max(1, 10**8 // (n_keys * d)))
+    rng = np.random.default_rng(as_seed(seed))
     c = 1 / math.sqrt(d) if scaled else 1.0
     q = rng.standard_normal((samples, d))
     k = rng.standard_normal((samples, n_keys, d))
@@ -529,9 +587,14 @@ def fig_rem(n_keys_list: tuple[int, ...] = (64, 1024), samples: int = 400,
     """E[H] of N i.i.d. N(0, sigma^2) logits (Monte Carlo) against ln N - sigma^2 / 2."""
     from ...scaling import rem_entropy_approx
 
+    n_keys_list = as_counts(n_keys_list, "n_keys_list", minimum=2, maximum=10**5)
+    if len(n_keys_list) > 2:
+        raise ValueError(f"n_keys_list must have at most 2 entries (one colour each); "
+                         f"got {len(n_keys_list)}")
+    samples = as_count(samples, "samples", maximum=10**6 // max(n_keys_list))
     fig, ax = plotting.figure(1, width=6.5, height=3.3)
     sig = np.linspace(0.05, 6.0, 60)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_seed(seed))
     for n, color in zip(n_keys_list, ("C0", "C1"), strict=False):
         g = rng.standard_normal((samples, n))
         h = np.array([entropy(softmax(s * g)).mean() for s in sig])
@@ -593,9 +656,14 @@ class DExplorerData:
     top_row: np.ndarray
 
 
-@lru_cache(maxsize=16)
 def d_explorer_data(n_keys: int, scaled: bool, seed: int = 0) -> DExplorerData:
     """Compute :class:`DExplorerData` (cached: the explorer is built from it once)."""
+    return _d_explorer_data(as_int_at_least(n_keys, "n_keys", 1, 1024), as_bool(scaled, "scaled"),
+                            as_seed(seed))
+
+
+@lru_cache(maxsize=16, typed=True)
+def _d_explorer_data(n_keys: int, scaled: bool, seed: int) -> DExplorerData:
     m = _queries_for(n_keys)
     jac, ent, mp, sig, lsh, jsh, top = ([] for _ in range(7))
     for d in D_GRID:
@@ -745,11 +813,11 @@ _SIGMAS = tuple(float(f"{s:.2g}") for s in np.geomspace(0.1, 100.0, 13))
 _CURVE_SIGMAS = np.geomspace(0.05, 200.0, 160)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=2, typed=True)
 def sigma_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Three fixed standard-normal rows (N = 16) whose top-two gaps sit at the
     1st, 50th and 90th percentiles of 4000 draws; and those gaps."""
-    g = np.random.default_rng(seed).standard_normal((4000, _SIGMA_N))
+    g = np.random.default_rng(as_seed(seed)).standard_normal((4000, _SIGMA_N))
     top2 = -np.partition(-g, 1, axis=1)[:, :2]
     gaps = top2[:, 0] - top2[:, 1]
     order = np.argsort(gaps)
@@ -757,7 +825,7 @@ def sigma_rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return g[picks], gaps[picks]
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=2, typed=True)
 def _sigma_mean_curve(seed: int = 1, samples: int = 3000) -> np.ndarray:
     """E||J||_2 over random rows (N = 16) on _CURVE_SIGMAS (Monte Carlo, common draws)."""
     g = np.random.default_rng(seed).standard_normal((samples, _SIGMA_N))

@@ -11,8 +11,10 @@ from functools import lru_cache
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..._validate import as_count
 from ...sensitivity import Sensitivity, input_sensitivity
 from .. import plotting
+from .._check import as_result
 
 __all__ = ["DEPTHS", "depth_scan", "fig_sensitivity"]
 
@@ -22,10 +24,14 @@ _COLORS = {"post": "C1", "pre": "C0"}
 _NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
 
-@lru_cache(maxsize=2)
 def depth_scan(d: int = 16, seeds: int = 3) -> dict[str, Sensitivity]:
     """Post-LN and Pre-LN at :data:`DEPTHS`, plus Pre-LN at the largest depth
     with branches scaled by ``1/sqrt(L)`` (key ``"pre_scaled"``)."""
+    return _depth_scan(as_count(d, "d", maximum=256), as_count(seeds, "seeds", maximum=100))
+
+
+@lru_cache(maxsize=2, typed=True)
+def _depth_scan(d: int, seeds: int) -> dict[str, Sensitivity]:
     out = {v: input_sensitivity(DEPTHS, d, variant=v, seeds=seeds) for v in ("post", "pre")}
     L = DEPTHS[-1]
     out["pre_scaled"] = input_sensitivity((L,), d, variant="pre", seeds=seeds,
@@ -37,6 +43,7 @@ def fig_sensitivity(scan: dict[str, Sensitivity]) -> Figure:
     """Left: end-to-end local constant against the product of per-layer ones,
     by depth (median over seeds, band min-max). Right: the per-layer constants
     of the deepest stacks."""
+    scan = as_result(scan, "scan", ("post", "pre", "pre_scaled"), producer="depth_scan")
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
     for v in ("post", "pre"):
         r, c = scan[v], _COLORS[v]

@@ -14,9 +14,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.ticker import FixedLocator
 
-from ..._validate import as_int_at_least, as_positive_float
+from ..._validate import as_count, as_int_at_least, as_positive_float, as_real_float, as_seed
 from ...softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
 from .. import plotting
+from .._check import as_counts, as_result
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
@@ -104,13 +105,13 @@ def norm_search(n: int = 6, trials: int = 20000, steps: int = 300, seed: int = 0
     -------
     SearchResult
     """
-    n = as_int_at_least(n, "n", 3)
-    trials = as_int_at_least(trials, "trials", 1)
-    steps = as_int_at_least(steps, "steps", 1)
+    n = as_int_at_least(n, "n", 3, 10**4)
+    trials = as_count(trials, "trials", maximum=10**7 // n)
+    steps = as_count(steps, "steps", maximum=10**6 // n)
     box = as_positive_float(box, "box")
     if box > 15.0:
         raise ValueError(f"box must be a positive number <= 15; got {box!r}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_seed(seed))
     scales = 10.0 ** rng.uniform(-2, 2, size=(trials, 1))
     logits = scales * rng.standard_normal((trials, n))
     random = softmax_jacobian_norm(logits)
@@ -140,6 +141,7 @@ def norm_search(n: int = 6, trials: int = 20000, steps: int = 300, seed: int = 0
 
 def fig_norm_search(result: SearchResult) -> Figure:
     """Histogram of the random search; distance to 1/2 of the coordinate search."""
+    result = as_result(result, "result", cls=SearchResult, producer="norm_search")
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.0)
     ax1.hist(result.random, bins=60, color="C0", alpha=0.8)
     ax1.axvline(0.5, color=plotting.HALF_COLOR, ls="--", label="1/2")
@@ -165,13 +167,17 @@ def fig_norm_search(result: SearchResult) -> Figure:
 # --------------------------------------------------------------------------
 # ||J||_2 over the probability simplex for n = 3
 # --------------------------------------------------------------------------
+#: Largest grid of :func:`simplex_grid`: about resolution**2 / 2 points (5 * 10**5 here).
+_MAX_RESOLUTION = 1000
+
+
 def simplex_grid(resolution: int = 120) -> tuple[np.ndarray, np.ndarray]:
     """``||J||_2`` at the interior points of a barycentric grid of the 2-simplex.
 
     Parameters
     ----------
     resolution : int
-        Grid points per edge (>= 4).
+        Grid points per edge, 4 to 1000.
 
     Returns
     -------
@@ -180,7 +186,7 @@ def simplex_grid(resolution: int = 120) -> tuple[np.ndarray, np.ndarray]:
     norms : ndarray, shape (m,)
         ``||diag(p) - p p^T||_2`` at each, computed from the logits ``log p``.
     """
-    r = as_int_at_least(resolution, "resolution", 4)
+    r = as_int_at_least(resolution, "resolution", 4, _MAX_RESOLUTION)
     idx = [(i, j, r - i - j) for i in range(1, r) for j in range(1, r - i)]
     p = np.array(idx, dtype=float) / r
     return p, softmax_jacobian_norm(np.log(p))
@@ -226,10 +232,11 @@ def lipschitz_ratios(ns: tuple[int, ...] = (2, 4, 16, 64, 256, 1024), pairs: int
     -------
     dict with keys ``"n"``, ``"l2"``, ``"linf"`` (ndarrays of shape (len(ns),)).
     """
-    rng = np.random.default_rng(seed)
+    ns = as_counts(ns, "ns", minimum=2, maximum=10**5)
+    pairs = as_count(pairs, "pairs", maximum=10**7 // max(ns))
+    rng = np.random.default_rng(as_seed(seed))
     out = {"n": np.asarray(ns), "l2": np.empty(len(ns)), "linf": np.empty(len(ns))}
     for k, n in enumerate(ns):
-        n = as_int_at_least(n, "ns", 2)
         x = 3.0 * rng.standard_normal((pairs, n))
         dx = 10.0 ** rng.uniform(-4, 1, size=(pairs, 1)) * rng.standard_normal((pairs, n))
         tie = np.full((1, n), -30.0)
@@ -246,6 +253,7 @@ def lipschitz_ratios(ns: tuple[int, ...] = (2, 4, 16, 64, 256, 1024), pairs: int
 
 def fig_lipschitz_ratios(ratios: dict[str, np.ndarray]) -> Figure:
     """The observed ratios against the true constant 1/2 and the loose sqrt(n)."""
+    ratios = as_result(ratios, "ratios", ("n", "l2", "linf"), producer="lipschitz_ratios")
     fig, ax = plotting.figure(1, width=6.5, height=3.2)
     n = ratios["n"]
     ax.plot(n, ratios["l2"], "o-", ms=10, mfc="none", mew=1.8,
@@ -324,7 +332,7 @@ def explorer_logits(z1: float) -> np.ndarray:
     z : ndarray, shape (5,)
     """
     z = _BASE_LOGITS.copy()
-    z[0] = float(z1)
+    z[0] = as_real_float(z1, "z1")
     return z
 
 

@@ -13,7 +13,17 @@ import numpy as np
 from matplotlib.figure import Figure
 from scipy.sparse.linalg import aslinearoperator
 
-from ..._validate import as_int_at_least, as_positive_float, as_real_array
+from ..._validate import (
+    as_bool,
+    as_count,
+    as_float_in,
+    as_int_at_least,
+    as_positive_float,
+    as_real_array,
+    as_real_float,
+    as_seed,
+    safe_product,
+)
 from ...lipschitz import golub_kahan_norm
 from ...spectral import (
     entropy_floor,
@@ -28,6 +38,7 @@ from ...spectral import (
     track_drift,
 )
 from .. import plotting
+from .._check import as_counts, as_reals, as_result
 from ..widgets import Explorer, Slider, register
 
 __all__ = [
@@ -69,6 +80,7 @@ def _rel_err(sig_sq_err: np.ndarray) -> np.ndarray:
 
 def rotation_matrix(angle: float) -> np.ndarray:
     """The 2 x 2 rotation by ``angle`` radians."""
+    angle = as_real_float(angle, "angle")
     c, s = math.cos(angle), math.sin(angle)
     return np.array([[c, -s], [s, c]])
 
@@ -125,6 +137,9 @@ def _draw_geometry(ax, W: np.ndarray, vs: np.ndarray) -> None:
 def fig_intuition(rho: float = 0.6, theta_deg: float = 70.0, iters: int = 4) -> Figure:
     """The circle, its image ellipse under W, and the first power iterates;
     right: the estimates climbing to sigma_1 from below."""
+    rho = as_float_in(rho, "rho", 0.0, 1.0, lo_open=True, hi_open=True)
+    theta_deg = as_float_in(theta_deg, "theta_deg", 0.0, 90.0)
+    iters = as_int_at_least(iters, "iters", 1, 12)
     W = _two_by_two(rho)
     vs, sig = _iterates(W, _start(theta_deg), iters)
     fig, (ax, ax2) = plotting.figure(2, width=8.4, height=4.0,
@@ -153,6 +168,11 @@ def rate_experiment(rhos=(0.5, 0.8, 0.95), iters: int = 60, seed: int = 0) -> di
     other singular values in [0.01, rho/2]. Returns the squared-estimate errors
     1 - sigma_hat_k^2, the fitted log-slopes per step over the range where the
     error is between 1e-13 and 1e-3, and the predicted slope 4 log(rho)."""
+    rhos = as_reals(rhos, "rhos", positive=True)
+    if np.any(rhos >= 1) or rhos.size > 10:
+        raise ValueError(f"rhos must hold at most 10 ratios in (0, 1); got {tuple(rhos)}")
+    rhos = tuple(float(r) for r in rhos)
+    iters, seed = as_count(iters, "iters", maximum=10**4), as_seed(seed)
     out = {"k": np.arange(1, iters + 1), "rhos": tuple(rhos), "err": {}, "slope": {},
            "tan2": {}}
     for i, rho in enumerate(rhos):
@@ -173,6 +193,8 @@ def fig_rate(data: dict) -> Figure:
     """Measured 1 - sigma_hat^2/sigma_1^2 against k (log axis), with the bound
     tan^2(theta_0) rho^(4k-2) dashed and the rounding level shaded (errors
     computed in float64 cannot fall below it, so the bound holds only above)."""
+    data = as_result(data, "data", ("k", "rhos", "err", "slope", "tan2"),
+                     producer="rate_experiment")
     fig, ax = plotting.figure(width=8.4, height=3.3)
     k = data["k"]
     for i, rho in enumerate(data["rhos"]):
@@ -223,8 +245,8 @@ def power_to_residual(A, tol: float, max_iters: int = 100_000, seed: int = 0) ->
     """
     A = as_real_array(A, "A", ndim=2)
     tol = as_positive_float(tol, "tol")
-    max_iters = as_int_at_least(max_iters, "max_iters", 1)
-    u = np.random.default_rng(seed).standard_normal(A.shape[0])
+    max_iters = as_count(max_iters, "max_iters", maximum=10**7)
+    u = np.random.default_rng(as_seed(seed)).standard_normal(A.shape[0])
     for k in range(1, max_iters + 1):
         run = power_iteration(A, 1, u0=u)
         u, sigma = run.u, float(run.sigma[0])
@@ -288,9 +310,12 @@ def cost_experiment(gaps=None, rtol: float = 1e-8, n: int = 400, seed: int = 0) 
     relative error ``rtol`` in sigma_1^2 from this start. ``err_*`` are the
     actual errors 1 - sigma_hat.
     """
-    gaps = np.geomspace(2e-3, 0.5, 7) if gaps is None else np.asarray(gaps, float)
-    rtol = as_positive_float(rtol, "rtol")
-    n = as_int_at_least(n, "n", 4)
+    gaps = np.geomspace(2e-3, 0.5, 7) if gaps is None else as_reals(gaps, "gaps", positive=True)
+    if np.any(gaps >= 1) or gaps.size > 100:
+        raise ValueError(f"gaps must hold at most 100 gaps in (0, 1); got {tuple(gaps)}")
+    rtol = as_float_in(rtol, "rtol", 1e-15, 0.5)
+    n = as_int_at_least(n, "n", 4, 4000)
+    seed = as_seed(seed)
     keys = ("power", "gkl", "svds", "power_err", "kps", "err_power", "err_gkl", "err_svds")
     out = {k: [] for k in keys}
     # one pair of random orthogonal factors for every gap (two QRs, not 2 per gap)
@@ -323,6 +348,8 @@ def fig_cost(data: dict) -> Figure:
     """Matrix-vector products against the gap, log-log: the three methods at the
     same residual certificate, power iteration to the true error (dotted), and
     the Kaniel–Paige–Saad guarantee (dashed)."""
+    data = as_result(data, "data", ("gap", "rtol", "power", "gkl", "svds", "power_err", "kps"),
+                     producer="cost_experiment")
     fig, ax = plotting.figure(width=8.4, height=3.4)
     g = data["gap"]
     ax.loglog(g, data["power"], "o-", color="C1", label="power iteration")
@@ -345,7 +372,10 @@ def fig_cost(data: dict) -> Figure:
 # --------------------------------------------------------------------------
 def random_mlp(widths, seed: int = 0) -> list[np.ndarray]:
     """He-initialised bias-free ReLU network weights, shapes (w_0, w_1), (w_1, w_2), ..."""
-    rng = np.random.default_rng(seed)
+    widths = as_counts(widths, "widths", maximum=10**4)
+    if len(widths) < 2 or len(widths) > 1000:
+        raise ValueError(f"widths must list 2 to 1000 layer widths; got {len(widths)}")
+    rng = np.random.default_rng(as_seed(seed))
     return [rng.standard_normal((a, b)) * math.sqrt(2 / a)
             for a, b in zip(widths[:-1], widths[1:], strict=True)]
 
@@ -375,9 +405,10 @@ def relu_mlp_search(weights, restarts: int = 2, gens: int = 120, pool: int = 200
     x : ndarray, shape (d_0,)
         A unit direction attaining it.
     """
-    restarts = as_int_at_least(restarts, "restarts", 1)
-    gens = as_int_at_least(gens, "gens", 0)
-    pool = as_int_at_least(pool, "pool", 8)
+    restarts = as_count(restarts, "restarts", maximum=1000)
+    gens = as_int_at_least(gens, "gens", 0, 10**5)
+    pool = as_int_at_least(pool, "pool", 8, 10**6)
+    seed = as_seed(seed)
     product_bound(weights)                      # validates the list of weights
     d = np.shape(weights[0])[0]
     best, best_x = -1.0, None
@@ -417,10 +448,10 @@ def paired_pattern_bound(weights) -> float:
     -------
     float
     """
-    out = 1.0
-    for i in range(0, len(weights), 2):
-        out *= pattern_bound(list(weights[i:i + 2]))
-    return float(out)
+    product_bound(weights)                      # validates the list of weights
+    return safe_product(*(pattern_bound(list(weights[i:i + 2]))
+                          for i in range(0, len(weights), 2)),
+                        name="weights", what="a bound")
 
 
 def mlp_bounds(depths=range(1, 9), width: int = 16, samples: int = 4000, seed: int = 0,
@@ -430,7 +461,10 @@ def mlp_bounds(depths=range(1, 9), width: int = 16, samples: int = 4000, seed: i
     (a lower bound on the Lipschitz constant; the network is positively
     homogeneous, so directions suffice). With ``search``, also ``searched``:
     the larger lower bound of :func:`relu_mlp_search`."""
-    depths = list(depths)
+    depths = list(as_counts(depths, "depths", maximum=1000))
+    width = as_count(width, "width", maximum=10**4)
+    samples = as_count(samples, "samples", maximum=10**7 // width)
+    seed, search = as_seed(seed), as_bool(search, "search")
     prod, sampled, searched = [], [], []
     x = np.random.default_rng(seed + 999).standard_normal((samples, width))
     for L in depths:
@@ -449,6 +483,7 @@ def fig_mlp(data: dict) -> Figure:
     """Product of spectral norms against the largest sampled (and, with
     ``data["searched"]``, found) Jacobian norm; ``data["upper"]``, optional, maps
     depths to certified upper bounds (:func:`paired_pattern_bound`)."""
+    data = as_result(data, "data", ("depth", "product", "sampled"), producer="mlp_bounds")
     best = data.get("searched", data["sampled"])
     what = "largest found" if "searched" in data else "largest sampled"
     fig, (ax, ax2) = plotting.figure(2, width=8.4, height=3.2)
@@ -487,7 +522,7 @@ _TRACK_STEPS = 200
 _DRIFTS = (0.001, 0.003, 0.01, 0.03, 0.1)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=2, typed=True)
 def tracking_weight(seed: int = 3) -> np.ndarray:
     """The starting weight of the tracking experiments: 48 x 48, sigma_1 = 1,
     sigma_2 = 0.8, the rest evenly in [0.05, 0.7]."""
@@ -497,7 +532,7 @@ def tracking_weight(seed: int = 3) -> np.ndarray:
     return W
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=4, typed=True)
 def _tracks(seed: int = 1) -> dict:
     W = tracking_weight()
     out = {}
@@ -512,7 +547,7 @@ def _tracks(seed: int = 1) -> dict:
 def tracking_summary(seed: int = 1) -> dict:
     """Median relative underestimate over steps 20..199 for each drift rate:
     persistent u with one step, fresh u with one step, fresh u with 15 steps."""
-    tr = _tracks(seed)
+    tr = _tracks(as_seed(seed))
     modes = ("persistent", "fresh", "fresh15")
     return {"drift": np.array(_DRIFTS),
             **{m: np.array([np.median(tr[d, m].underestimate[20:]) for d in _DRIFTS])
@@ -520,6 +555,9 @@ def tracking_summary(seed: int = 1) -> dict:
 
 
 def fig_tracking(summary: dict) -> Figure:
+    """Median underestimate against the drift rate, per way of keeping u."""
+    summary = as_result(summary, "summary", ("drift", "persistent", "fresh", "fresh15"),
+                        producer="tracking_summary")
     fig, ax = plotting.figure(width=8.4, height=3.2)
     d = summary["drift"]
     ax.loglog(d, summary["persistent"], "o-", color="C0", label="persistent $u$, 1 step")
@@ -586,7 +624,12 @@ def sn_weight_vjp(W, u, v, G) -> np.ndarray:
         raise ValueError(f"G must have the shape of W, {W.shape}; got {G.shape}")
     if sigma == 0.0:
         raise ValueError("W, u, v must have u^T W v != 0; got 0")
-    return (G - np.sum(G * W / sigma) * np.outer(u, v)) / sigma
+    with np.errstate(over="ignore"):
+        out = (G - np.sum(G * W / sigma) * np.outer(u, v)) / sigma
+    if not np.all(np.isfinite(out)):
+        raise OverflowError(f"W, u, v, G give a gradient beyond the float64 range "
+                            f"(u^T W v = {sigma:.3g}); it overflows")
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -595,11 +638,15 @@ def sn_weight_vjp(W, u, v, G) -> np.ndarray:
 def random_logit_entropies(T: int, s: np.ndarray, samples: int = 400, seed: int = 0) -> np.ndarray:
     """Entropies of softmax(a) for random Gaussian directions a rescaled to centred
     norm s; shape (len(s), samples)."""
-    T = as_int_at_least(T, "T", 2)
-    g = np.random.default_rng(seed).standard_normal((samples, T))
+    T = as_int_at_least(T, "T", 2, 10**5)
+    s = as_reals(s, "s")
+    if np.any(s < 0) or np.any(s > 1e100):
+        raise ValueError(f"s must hold centred norms in [0, 1e100]; got {s.min()!r} to {s.max()!r}")
+    samples = as_count(samples, "samples", maximum=max(1, 5 * 10**7 // (T * s.size)))  # memory
+    g = np.random.default_rng(as_seed(seed)).standard_normal((samples, T))
     g -= g.mean(axis=1, keepdims=True)
     g /= np.linalg.norm(g, axis=1, keepdims=True)
-    a = np.asarray(s, float)[:, None, None] * g[None]
+    a = s[:, None, None] * g[None]
     a = a - a.max(axis=-1, keepdims=True)
     w = np.exp(a)
     z = w.sum(axis=-1)
@@ -607,6 +654,11 @@ def random_logit_entropies(T: int, s: np.ndarray, samples: int = 400, seed: int 
 
 
 def fig_entropy_floor(Ts=(2, 16, 256), samples: int = 400) -> Figure:
+    """Entropies of random directions against the centred norm, with the floor, per T."""
+    Ts = as_counts(Ts, "Ts", minimum=2, maximum=10**4)
+    if len(Ts) > 6:
+        raise ValueError(f"Ts must have at most 6 entries (one colour each); got {len(Ts)}")
+    samples = as_count(samples, "samples", maximum=10**5)
     s = np.geomspace(0.1, 60, 120)
     fig, ax = plotting.figure(width=8.4, height=3.3)
     for i, T in enumerate(Ts):
@@ -634,7 +686,7 @@ _RHOS = (0.5, 0.9, 0.99)
 _ANGLES = (10, 75, 89, 90)
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=1, typed=True)
 def power_explorer_data() -> dict:
     """Iterates and estimates for every (rho, angle), computed once."""
     out = {}
