@@ -33,12 +33,36 @@ __all__ = [
     "scale_of",
     "safe_product",
     "check_unmasked",
+    "ResultOverflowError",
+    "finite_result",
     "MAX_COUNT",
 ]
 
 #: Upper bound of :func:`as_count`: counts that size arrays or loops. Beyond it
 #: memory or time would explode, so a clear error beats a MemoryError or a hang.
 MAX_COUNT = 10**8
+
+
+class ResultOverflowError(OverflowError, ValueError):
+    """The true result exceeds the float64 range (about 1.8e308).
+
+    Raised, naming the caller's arguments, where the mathematics gives a finite
+    number too large for float64 -- never a silent ``inf``. An ``OverflowError``,
+    and a ``ValueError`` too (an argument that large is out of range).
+    """
+
+
+def finite_result(value: Any, name: str, what: str) -> Any:
+    """Return ``value`` if every entry is finite, else raise :class:`ResultOverflowError`.
+
+    For a result computed without intermediate overflow (rescaled by powers of
+    two), so that an infinite entry means the true value exceeds float64:
+    ``name`` lists the caller's arguments, ``what`` the quantity.
+    """
+    if not np.all(np.isfinite(value)):
+        raise ResultOverflowError(f"{name} must give {what} representable in float64; "
+                                  f"it overflows (beyond 1.8e308)")
+    return value
 
 
 def as_real_array(
@@ -294,8 +318,9 @@ def as_bool(value: Any, name: str) -> bool:
 
 def safe_product(*factors: float, name: str = "the arguments", what: str = "a result") -> float:
     """The product of non-negative finite floats without intermediate overflow or
-    underflow; raises ``ValueError`` naming ``name`` (the caller's arguments) and
-    ``what`` (the quantity) if the product itself overflows.
+    underflow; raises :class:`ResultOverflowError` (an ``OverflowError`` and a
+    ``ValueError``) naming ``name`` (the caller's arguments) and ``what`` (the
+    quantity) if the product itself overflows.
 
     ``1e200 * 1e200 * 1e-300`` is ``1e100``, not ``inf``. A product below the
     smallest float gives 0 (or a subnormal), which is the correctly rounded value.
@@ -310,5 +335,5 @@ def safe_product(*factors: float, name: str = "the arguments", what: str = "a re
     try:
         return math.ldexp(mant, expo)
     except OverflowError:
-        raise ValueError(f"{name} must give {what} representable in float64; it "
-                         f"overflows (about 2**{expo})") from None
+        raise ResultOverflowError(f"{name} must give {what} representable in float64; it "
+                                  f"overflows (about 2**{expo})") from None

@@ -32,6 +32,7 @@ import mpmath as mp
 import numpy as np
 
 from ._validate import (
+    ResultOverflowError,
     as_bool,
     as_count,
     as_positive_float,
@@ -88,7 +89,8 @@ def _top_singular_value(A: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = s * c[..., 0, 0]
     if not np.all(np.isfinite(out)):
-        raise ValueError("A must have a spectral norm representable in float64; it overflows")
+        raise ResultOverflowError("A must have a spectral norm representable in float64; "
+                                  "it overflows")
     return out
 
 
@@ -155,7 +157,8 @@ def diameter(X: Any) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = c[..., 0, 0] * np.sqrt(np.max(np.sum(diff * diff, axis=-1), axis=(-2, -1)))
     if not np.all(np.isfinite(out)):
-        raise ValueError("X must have a diameter representable in float64; it overflows")
+        raise ResultOverflowError("X must have a diameter representable in float64; "
+                                  "it overflows")
     return out
 
 
@@ -242,8 +245,8 @@ def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = core * scale
     if not np.all(np.isfinite(out)):
-        raise ValueError("R, W_Q, W_K, W_V must give a leading term representable in "
-                         "float64; it overflows")
+        raise ResultOverflowError("R, W_Q, W_K, W_V must give a leading term representable "
+                                  "in float64; it overflows")
     return out
 
 

@@ -66,6 +66,7 @@ from scipy.sparse.linalg import LinearOperator
 from scipy.special import lambertw
 
 from ._validate import (
+    ResultOverflowError,
     as_choice,
     as_count,
     as_int_at_least,
@@ -394,7 +395,8 @@ def local_lipschitz_bound_terms(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> BoundTe
              safe_product(nv, keys, q, k, x, x, name=name, what=what))
     total = math.fsum(terms)
     if not math.isfinite(total):
-        raise ValueError(f"{name} must give {what} representable in float64; it overflows")
+        raise ResultOverflowError(f"{name} must give {what} representable in float64; "
+                                  "it overflows")
     return BoundTerms(*terms, total=total)
 
 

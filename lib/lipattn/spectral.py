@@ -27,6 +27,7 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator, aslinearoperator, svds
 
 from ._validate import (
+    ResultOverflowError,
     as_bool,
     as_count,
     as_int_at_least,
@@ -95,7 +96,8 @@ def _unit(x: np.ndarray, name: str) -> tuple[np.ndarray, float]:
     if nrm == 0.0:
         return x, 0.0
     if not np.isfinite(nrm):
-        raise ValueError(f"A must have a representable norm; ||{name}|| overflows float64")
+        raise ResultOverflowError(f"A must have a representable norm; ||{name}|| overflows "
+                                  "float64")
     m = scale_of(x)
     return (x / m) / (nrm / m), nrm  # exact scaling first, so no subnormal loss
 
@@ -231,8 +233,8 @@ def _rescaled(s: float, c: float) -> float:
     """``s * c``, or a clear error where that overflows float64."""
     out = s * c
     if not np.isfinite(out):
-        raise ValueError("A must have a spectral norm representable in float64; "
-                         f"got sigma_1 = {s!r} * {c!r}, which overflows")
+        raise ResultOverflowError("A must have a spectral norm representable in float64; "
+                                  f"got sigma_1 = {s!r} * {c!r}, which overflows")
     return out
 
 
@@ -549,8 +551,8 @@ def _times(values: Any, scale: list[float]) -> Any:
     f = safe_product(*scale, name="weights", what="Jacobian norms")
     out = np.asarray(values) * f if f else np.zeros_like(values)
     if not np.all(np.isfinite(out)):
-        raise ValueError("weights must give Jacobian norms representable in float64; "
-                         "they overflow")
+        raise ResultOverflowError("weights must give Jacobian norms representable in "
+                                  "float64; they overflow")
     return out
 
 
