@@ -23,6 +23,7 @@ __all__ = [
     "as_float_in",
     "as_int_at_least",
     "as_count",
+    "as_counts",
     "as_seed",
     "as_rng",
     "as_tol",
@@ -209,6 +210,31 @@ def as_count(value: Any, name: str, minimum: int = 1, maximum: int = MAX_COUNT) 
     Pass a smaller ``maximum`` where the cost grows faster than linearly.
     """
     return as_int_at_least(value, name, minimum, maximum)
+
+
+def as_counts(value: Any, name: str, minimum: int = 1, maximum: int | None = MAX_COUNT, *,
+              allow_scalar: bool = False) -> list[int]:
+    """Return ``value``, a non-empty 1-D sequence of integer counts, as a list of ``int``.
+
+    Each entry is checked as :func:`as_int_at_least` does (bools, floats, strings
+    and nested sequences are refused, naming ``name[i]``); ``maximum=None`` means
+    no upper bound. With ``allow_scalar`` a single integer is the list of one.
+    """
+    want = f"{name} must be a non-empty sequence of integers >= {minimum}"
+    if allow_scalar and isinstance(value, (numbers.Integral, np.integer)) \
+            and not isinstance(value, (bool, np.bool_)):
+        return [as_int_at_least(value, name, minimum, maximum)]
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise ValueError(f"{want}; got an array of shape {value.shape}")
+        items = list(value)
+    elif isinstance(value, (list, tuple, range)):
+        items = list(value)
+    else:
+        raise TypeError(f"{want}; got {type(value).__name__}")
+    if not items:
+        raise ValueError(f"{want}; got an empty sequence")
+    return [as_int_at_least(v, f"{name}[{i}]", minimum, maximum) for i, v in enumerate(items)]
 
 
 def as_seed(value: Any, name: str = "seed") -> int:

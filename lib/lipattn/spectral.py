@@ -30,6 +30,7 @@ from ._validate import (
     ResultOverflowError,
     as_bool,
     as_count,
+    as_counts,
     as_int_at_least,
     as_positive_float,
     as_real_array,
@@ -317,9 +318,13 @@ def predicted_error(
     if s2 > s1:
         raise ValueError(f"sigma_2 must be at most sigma_1 = {s1!r}; got {sigma_2!r}")
     t = as_positive_float(tan_theta, "tan_theta", allow_zero=True)
-    k = np.asarray(k)
-    if k.dtype == bool or not np.issubdtype(k.dtype, np.integer) or np.any(k < 1):
-        raise ValueError(f"k must be integers >= 1; got {k!r}")
+    if isinstance(k, np.ndarray) and k.ndim > 1:
+        if k.dtype == bool or not np.issubdtype(k.dtype, np.integer) or np.any(k < 1):
+            raise ValueError(f"k must be integers >= 1; got {k!r}")
+    else:
+        scalar = np.ndim(k) == 0 and not isinstance(k, (list, tuple))
+        k = np.asarray(as_counts(k, "k", 1, None, allow_scalar=True))
+        k = k[0] if scalar else k
     rho = s2 / s1
     # t^2 rho^(4k-2) in logs, so that huge t and tiny rho stay finite
     with np.errstate(divide="ignore"):
@@ -343,7 +348,8 @@ def steps_to_tolerance(sigma: Any, exact: float, rtol: float) -> int | None:
     sig = as_real_array(sigma, "sigma", ndim=1)
     exact = as_positive_float(exact, "exact")
     rtol = as_positive_float(rtol, "rtol")
-    hit = np.nonzero(1 - sig / exact <= rtol)[0]
+    with np.errstate(over="ignore"):  # 1 - s / e <= rtol, without dividing by a tiny e
+        hit = np.nonzero(sig >= exact * (1.0 - rtol))[0]
     return int(hit[0]) + 1 if hit.size else None
 
 
@@ -481,6 +487,7 @@ def track_drift(
     Parameters
     ----------
     W0 : array_like, shape (m, n)
+        Finite and not all zero.
     steps : int
         At least 1.
     drift : float
@@ -496,6 +503,10 @@ def track_drift(
     Tracking
     """
     W = as_real_array(W0, "W0", ndim=2).copy()
+    if not np.any(W):
+        raise ValueError("W0 must be a non-zero matrix: the walk's steps are proportional to "
+                         "||W0||_F, so W0 = 0 stays 0 and its relative underestimate "
+                         "1 - sigma_hat / sigma is undefined (0 / 0)")
     steps = as_count(steps, "steps", 1)
     drift = as_positive_float(drift, "drift", allow_zero=True)
     persistent = as_bool(persistent, "persistent")
@@ -663,12 +674,8 @@ def entropy_floor(T: int, s: Any) -> np.ndarray:
     ndarray, shape of ``s`` (0-d for a scalar), in nats
     """
     T = as_int_at_least(T, "T", 2)
-    s_arr = np.asarray(s)
-    if s_arr.dtype == bool or not (np.issubdtype(s_arr.dtype, np.integer)
-                                   or np.issubdtype(s_arr.dtype, np.floating)):
-        raise TypeError(f"s must be a finite non-negative real array; got dtype {s_arr.dtype}")
-    s_arr = s_arr.astype(float)
-    if not np.all(np.isfinite(s_arr)) or np.any(s_arr < 0):
+    s_arr = as_real_array(s, "s", min_ndim=0, last_axis_min=0)
+    if np.any(s_arr < 0):
         raise ValueError(f"s must be finite and non-negative; got {s!r}")
     alpha = s_arr * np.sqrt(T / (T - 1))
     beta = np.exp(-alpha)
