@@ -259,10 +259,10 @@ SPECS = {
                                   valid={"op": {"array"}}),
     "lanczos.jacobian_norm": S(lanczos.jacobian_norm,
                                dict(jvp=_jvp, vjp=_vjp, shape=(3, 4), tol=1e-10, seed=0),
-                               valid={"shape": {"list"}}),
+                               valid={"shape": {"list", "int"}}),
     "lanczos.JacobianOperator": S(lanczos.JacobianOperator,
                                   dict(jvp=_jvp, vjp=_vjp, in_shape=(3, 4), out_shape=(3, 4)),
-                                  valid={"in_shape": {"list"}, "out_shape": {"list"}}),
+                                  valid={"in_shape": {"list", "int"}, "out_shape": {"list", "int"}}),
     # -- layernorm -------------------------------------------------------
     "layernorm.layer_norm": S(layernorm.layer_norm, dict(x=X, eps=1e-5),
                               scale=[({"x": 1, "eps": 2}, 0)],
@@ -609,8 +609,9 @@ def leaves(obj, path=""):
             isinstance(obj, LinearOperator):
         return []
     if isinstance(obj, LinearOperator):
-        v = np.linspace(1.0, 2.0, obj.shape[1])
-        return [(path or "op", np.asarray(obj.matvec(v), dtype=float))]
+        v, u = np.linspace(1.0, 2.0, obj.shape[1]), np.linspace(1.0, 2.0, obj.shape[0])
+        return [(path or "op", np.asarray(obj.matvec(v), dtype=float)),
+                (path or "op^T", np.asarray(obj.rmatvec(u), dtype=float))]
     if dataclasses.is_dataclass(obj):
         names = [f.name for f in dataclasses.fields(obj)] + [  # and computed properties
             n for n, v in vars(type(obj)).items() if isinstance(v, property)]
@@ -671,7 +672,10 @@ def classify_bad(spec, arg, kind, value, ref):
         return "unclear", f"{type(exc).__name__}: {exc}"[:200]
     try:
         non_finite = _non_finite(payload)
-    except Exception as exc:  # an operator that fails when used
+    except Exception as exc:  # an operator that fails when used: clearly, or not
+        if isinstance(exc, (ValueError, TypeError, OverflowError)) and (
+                _names(str(exc), shown) or kind in spec["valid"].get(arg, set())):
+            return "pass", ""  # a clear error, naming the argument or the caller's map
         return "accepted", f"accepted, fails when used: {type(exc).__name__}: {exc}"[:200]
     if non_finite:
         return "nan_inf", "returned NaN/inf"
@@ -814,38 +818,6 @@ def sweep(names=None):
 KNOWN = {
     ('attention.as_mask', 'N', 'float_int'),
     ('attention.self_attention', 'X*W_Q*W_K*W_V', '2**1000'),
-    ('lanczos.JacobianOperator', 'in_shape', 'None'),
-    ('lanczos.JacobianOperator', 'in_shape', 'empty'),
-    ('lanczos.JacobianOperator', 'in_shape', 'float'),
-    ('lanczos.JacobianOperator', 'in_shape', 'huge'),
-    ('lanczos.JacobianOperator', 'in_shape', 'int'),
-    ('lanczos.JacobianOperator', 'in_shape', 'neg'),
-    ('lanczos.JacobianOperator', 'in_shape', 'object'),
-    ('lanczos.JacobianOperator', 'in_shape', 'string'),
-    ('lanczos.JacobianOperator', 'in_shape', 'zero'),
-    ('lanczos.JacobianOperator', 'jvp', 'None'),
-    ('lanczos.JacobianOperator', 'jvp', 'int'),
-    ('lanczos.JacobianOperator', 'jvp', 'nan_map'),
-    ('lanczos.JacobianOperator', 'jvp', 'object'),
-    ('lanczos.JacobianOperator', 'jvp', 'string'),
-    ('lanczos.JacobianOperator', 'jvp', 'wrong_shape'),
-    ('lanczos.JacobianOperator', 'out_shape', 'None'),
-    ('lanczos.JacobianOperator', 'out_shape', 'empty'),
-    ('lanczos.JacobianOperator', 'out_shape', 'float'),
-    ('lanczos.JacobianOperator', 'out_shape', 'huge'),
-    ('lanczos.JacobianOperator', 'out_shape', 'int'),
-    ('lanczos.JacobianOperator', 'out_shape', 'neg'),
-    ('lanczos.JacobianOperator', 'out_shape', 'object'),
-    ('lanczos.JacobianOperator', 'out_shape', 'string'),
-    ('lanczos.JacobianOperator', 'out_shape', 'zero'),
-    ('lanczos.JacobianOperator', 'vjp', 'None'),
-    ('lanczos.JacobianOperator', 'vjp', 'int'),
-    ('lanczos.JacobianOperator', 'vjp', 'nan_map'),
-    ('lanczos.JacobianOperator', 'vjp', 'object'),
-    ('lanczos.JacobianOperator', 'vjp', 'string'),
-    ('lanczos.JacobianOperator', 'vjp', 'wrong_shape'),
-    ('lanczos.jacobian_norm', 'shape', 'huge'),
-    ('lanczos.jacobian_norm', 'shape', 'int'),
     ('lipschitz.attention_jacobian', 'X*W_Q*W_K', '2**-1000'),
     ('lipschitz.attention_jacobian', 'X*W_Q*W_K', '2**1000'),
     ('lipschitz.attention_jvp', 'X', 'huge'),
