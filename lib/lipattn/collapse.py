@@ -353,20 +353,16 @@ def stack_states(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: boo
         X, W_Q, W_K, W_V, layers, skip, alpha, mlp)
     Xs, Ps = [X], []
     for ell in range(layers):
-        try:
-            P = attention_matrix(X, qs[ell], ks[ell])
-        except ValueError:
-            raise ValueError(f"the tokens entering layer {ell + 1} give attention logits that "
-                             "overflow float64; expected X, W_Q, W_K, W_V (and mlp) that "
-                             "keep them finite") from None
-        F = P @ (X @ vs[ell])
-        Y = X + alpha * F if skip else F
-        if m1 is not None:
-            G = np.maximum(Y @ m1[ell], 0.0) @ m2[ell]
-            Y = Y + alpha * G if skip else G
+        P = attention_matrix(X, qs[ell], ks[ell])  # exact for logits of any size
+        with np.errstate(over="ignore", invalid="ignore"):  # checked below
+            F = P @ (X @ vs[ell])
+            Y = X + alpha * F if skip else F
+            if m1 is not None:
+                G = np.maximum(Y @ m1[ell], 0.0) @ m2[ell]
+                Y = Y + alpha * G if skip else G
         if not np.all(np.isfinite(Y)):
-            raise ValueError(f"the tokens overflow float64 at layer {ell + 1}; "
-                             "expected weights that keep them finite")
+            raise ResultOverflowError(f"X and W_V (and mlp) must keep the tokens representable "
+                                      f"in float64; they overflow at layer {ell + 1}")
         X = Y
         Xs.append(X)
         Ps.append(P)
