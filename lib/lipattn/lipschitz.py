@@ -481,28 +481,36 @@ def ball_lipschitz_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any) -> floa
 
     Raises
     ------
-    ValueError
-        If :math:`aR^2` or the bound exceeds the float64 range (the bound
-        is then not representable; it is finite only in exact arithmetic).
+    OverflowError
+        (:class:`~lipattn._validate.ResultOverflowError`, also a ``ValueError``)
+        if :math:`aR^2` or the bound exceeds the float64 range (the bound is
+        then not representable; it is finite only in exact arithmetic).
     """
     R = as_positive_float(R, "R")
     N = as_int_at_least(N, "N", 1)
     W_Q = as_real_array(W_Q, "W_Q", ndim=2)
     _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
-    a = float(np.linalg.norm(W_Q @ W_K.T, 2)) / math.sqrt(W_Q.shape[1])
+    # a = ||W_Q W_K^T|| / sqrt(d_k) as mantissa * 2**exponent: W_Q W_K^T itself
+    # overflows or underflows for large W_Q and small W_K (or R compensating).
+    q, k = scale_of(W_Q), scale_of(W_K)
+    a_mant = float(np.linalg.norm((W_Q / q) @ (W_K / k).T, 2)) / math.sqrt(W_Q.shape[1])
     nv = float(np.linalg.norm(W_V, 2))
-    if a == 0.0 or nv == 0.0:  # a = 0: P is uniform, f(X) = (11^T/N) X W_V
+    if a_mant == 0.0 or nv == 0.0:  # a = 0: P is uniform, f(X) = (11^T/N) X W_V
         return nv
-    log_s = math.log(a) + 2.0 * math.log(R)  # log(a R^2), finite for any float R
+    # log(a R^2), finite for any float R and weights
+    log_s = math.log(a_mant) + math.log(q) + math.log(k) + 2.0 * math.log(R)
     if log_s > math.log(np.finfo(float).max):
-        raise ValueError(f"R is too large: a R^2 = exp({log_s:.1f}) overflows float64, "
-                         "so the ball bound is not representable")
+        raise ResultOverflowError(f"R, W_Q and W_K must give a R^2 representable in float64; "
+                                  f"a R^2 = exp({log_s:.1f}) overflows, so the ball bound "
+                                  "does too")
     s = math.exp(log_s)
     p_term = math.exp(min(0.5 * math.log(N), s))
     key = math.exp(min(0.5 * math.log(N / 2), s))
-    out = nv * (p_term + s * (1.0 + key))
+    with np.errstate(over="ignore"):
+        out = nv * (p_term + s * (1.0 + key))
     if not math.isfinite(out):
-        raise ValueError(f"R is too large: the ball bound overflows float64 (a R^2 = {s:.3g})")
+        raise ResultOverflowError(f"R, W_Q, W_K and W_V must give a ball bound representable "
+                                  f"in float64; it overflows (a R^2 = {s:.3g})")
     return out
 
 
