@@ -827,20 +827,6 @@ KNOWN = {
     ('prenorm.intervention_runs', 'warmup', 'float_int'),
     ('scaling.two_token_asymptotes', 'sigma', 'subnormal'),
     ('spectral.predicted_error', 'k', 'ragged'),
-    ('stabilisers.StabilisedAttention', 'mask', 'bool'),
-    ('stabilisers.StabilisedAttention', 'mask', 'bytes'),
-    ('stabilisers.StabilisedAttention', 'mask', 'empty'),
-    ('stabilisers.StabilisedAttention', 'mask', 'int'),
-    ('stabilisers.StabilisedAttention', 'mask', 'upper'),
-    ('stabilisers.qk_norm_ball_bound', 'N', 'bool'),
-    ('stabilisers.qk_norm_two_sided_lower', 't', 'huge'),
-    ('stabilisers.sigma_reparam', 'gamma', 'None'),
-    ('stabilisers.sigma_reparam', 'gamma', 'array'),
-    ('stabilisers.sigma_reparam', 'gamma', 'bool'),
-    ('stabilisers.sigma_reparam', 'gamma', 'complex'),
-    ('stabilisers.sigma_reparam', 'gamma', 'object'),
-    ('stabilisers.sigma_reparam', 'gamma', 'string'),
-    ('stabilisers.sigma_reparam', 'gamma', 'string_num'),
 }
 
 
