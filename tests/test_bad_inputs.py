@@ -816,17 +816,8 @@ def sweep(names=None):
 
 #: Failures known and not yet fixed: (name, arg, kind). Empty is the goal.
 KNOWN = {
-    ('attention.as_mask', 'N', 'float_int'),
-    ('prenorm.encoder_layer', 'p', 'None'),
-    ('prenorm.encoder_layer', 'p', 'bad_entry'),
-    ('prenorm.encoder_layer', 'p', 'empty'),
-    ('prenorm.encoder_layer', 'p', 'list'),
-    ('prenorm.encoder_layer', 'p', 'object'),
-    ('prenorm.encoder_layer', 'p', 'string'),
     ('prenorm.intervention_runs', 'interventions', 'bad_entry'),
     ('prenorm.intervention_runs', 'warmup', 'float_int'),
-    ('scaling.two_token_asymptotes', 'sigma', 'subnormal'),
-    ('spectral.predicted_error', 'k', 'ragged'),
 }
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_real_array, finite_result, scale_of
+from ._validate import as_count, as_real_array, finite_result, scale_of
 from .softmax import softmax
 
 __all__ = ["attention_logits", "attention_matrix", "self_attention", "check_attention_args",
@@ -52,6 +52,7 @@ def as_mask(mask: Any, N: int) -> np.ndarray | None:
         For another string or type, a non-boolean array, a wrong shape, or a
         row with no allowed key (its softmax is undefined).
     """
+    N = as_count(N, "N")
     if mask is None:
         return None
     if isinstance(mask, str):

@@ -317,7 +317,13 @@ def encoder_layer(p: dict, variant: str):
     """
     from .transformer import as_layers
     as_choice(variant, "variant", ("post", "pre"))
-    return as_layers([p], variant, final_norm=False).layers[0]
+    if not isinstance(p, dict) or not p:
+        raise TypeError("p must be one layer's parameter dict (W_Q, ..., b_2 and 'heads'); "
+                        f"got {type(p).__name__ if not isinstance(p, dict) else 'an empty dict'}")
+    try:
+        return as_layers([p], variant, final_norm=False).layers[0]
+    except (TypeError, ValueError) as exc:  # as_layers names the entry params[0][key]
+        raise type(exc)(str(exc).replace("params[0]", "p")) from None
 
 
 @single_threaded

@@ -32,7 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import as_bool, as_count, as_positive_float, as_real_array, as_rng
+from ._validate import (
+    as_bool,
+    as_count,
+    as_positive_float,
+    as_real_array,
+    as_rng,
+    finite_result,
+)
 from .softmax import softmax, softmax_jacobian_norm
 
 __all__ = [
@@ -569,13 +576,14 @@ def two_token_asymptotes(sigma: float, *, terms: int = 1) -> SaturationStats:
     terms = as_count(terms, "terms", 1)
     if terms > 2:
         raise ValueError(f"terms must be 1 or 2; got {terms}")
-    inv2 = (1.0 / sigma) ** 2 if terms == 2 else 0.0  # no overflow for huge sigma
-    lead = 1.0 / (math.sqrt(math.pi) * sigma)
-    return SaturationStats(
-        entropy=math.pi**2 / 6.0 * lead * (1.0 - _CORR_ENTROPY * inv2),
-        max_p=1.0 - math.log(2.0) * lead * (1.0 - _CORR_MAXP * inv2),
-        jac_norm=lead * (1.0 - _CORR_JAC * inv2),
-    )
+    inv2 = 1.0 / sigma / sigma if terms == 2 else 0.0  # inf, not an exception, if tiny
+    lead = 1.0 / (math.sqrt(math.pi) * sigma)  # inf only for a subnormal sigma
+    values = (math.pi**2 / 6.0 * lead * (1.0 - _CORR_ENTROPY * inv2),
+              1.0 - math.log(2.0) * lead * (1.0 - _CORR_MAXP * inv2),
+              lead * (1.0 - _CORR_JAC * inv2))
+    with np.errstate(invalid="ignore"):
+        finite_result(np.array(values), "sigma", "asymptotes (which grow like 1 / sigma)")
+    return SaturationStats(entropy=values[0], max_p=values[1], jac_norm=values[2])
 
 
 def rem_entropy_approx(sigma: float, n_keys: int) -> float:

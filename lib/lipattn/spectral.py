@@ -322,7 +322,7 @@ def predicted_error(
         if k.dtype == bool or not np.issubdtype(k.dtype, np.integer) or np.any(k < 1):
             raise ValueError(f"k must be integers >= 1; got {k!r}")
     else:
-        scalar = np.ndim(k) == 0 and not isinstance(k, (list, tuple))
+        scalar = not isinstance(k, (list, tuple, np.ndarray))
         k = np.asarray(as_counts(k, "k", 1, None, allow_scalar=True))
         k = k[0] if scalar else k
     rho = s2 / s1
