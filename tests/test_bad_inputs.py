@@ -262,7 +262,8 @@ SPECS = {
                                valid={"shape": {"list", "int"}}),
     "lanczos.JacobianOperator": S(lanczos.JacobianOperator,
                                   dict(jvp=_jvp, vjp=_vjp, in_shape=(3, 4), out_shape=(3, 4)),
-                                  valid={"in_shape": {"list", "int"}, "out_shape": {"list", "int"}}),
+                                  valid={"in_shape": {"list", "int"},
+                                         "out_shape": {"list", "int"}}),
     # -- layernorm -------------------------------------------------------
     "layernorm.layer_norm": S(layernorm.layer_norm, dict(x=X, eps=1e-5),
                               scale=[({"x": 1, "eps": 2}, 0)],
@@ -814,9 +815,10 @@ def sweep(names=None):
     return rows
 
 
-#: Failures known and not yet fixed: (name, arg, kind). Empty is the goal.
+#: Failures known and not yet fixed: (name, arg, kind). Empty is the goal. The one
+#: left is lipattn.training's (train_reversal accepts warmup=0.0), outside this sweep's
+#: modules.
 KNOWN = {
-    ('prenorm.intervention_runs', 'interventions', 'bad_entry'),
     ('prenorm.intervention_runs', 'warmup', 'float_int'),
 }
 
@@ -831,6 +833,13 @@ def test_bad_inputs_are_refused_by_name_and_scaling_is_exact(name):
     rows = sweep([name])
     bad = [r for r in rows if r[3] != "pass" and r[:3] not in KNOWN]
     assert not bad, "\n".join(f"{n}({a}={k}): {c}: {d}" for n, a, k, c, d in bad)
+
+
+def test_known_failures_still_fail():
+    """A fixed entry of KNOWN must leave it, so that it is swept again."""
+    names = sorted({k[0] for k in KNOWN})
+    failing = {r[:3] for r in sweep(names) if r[3] != "pass"}
+    assert not KNOWN - failing, f"these pass now; remove them from KNOWN: {KNOWN - failing}"
 
 
 if __name__ == "__main__":

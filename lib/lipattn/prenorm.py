@@ -436,6 +436,13 @@ def intervention_runs(interventions: dict, seeds, *, variant: str = "post", lr: 
     if not isinstance(interventions, dict) or not interventions:
         raise TypeError(f"interventions must be a non-empty dict label -> (names, steps, "
                         f"factor) or None; got {interventions!r}")
+    for label, v in interventions.items():
+        if v is not None:
+            try:
+                scaled_updates({0: v})
+            except (TypeError, ValueError) as exc:  # its messages name scales[0]
+                raise type(exc)(f"interventions[{label!r}] is not a valid intervention: "
+                                + str(exc).replace("scales[0]", "it")) from None
     seeds = as_counts(seeds, "seeds", 0, allow_scalar=True)
     n = len(seeds)
     labels = [lab for lab in interventions for _ in seeds]
