@@ -313,7 +313,7 @@ def _per_layer(W: Any, name: str, layers: int, d: int) -> list[np.ndarray]:
 
 def _check_stack(X, W_Q, W_K, W_V, layers, skip, alpha, mlp):
     X = as_real_array(X, "X", min_ndim=2, ndim=2)
-    layers = as_count(layers, "layers", 0, 10**6)
+    layers = as_count(layers, "layers", 0, 10**4)  # a Python loop over layers: time
     skip = as_bool(skip, "skip")
     alpha = as_positive_float(alpha, "alpha", allow_zero=True)
     n, d = X.shape
@@ -418,7 +418,7 @@ def trajectory(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: bool 
         leading axis of length ``layers``, or a sequence of ``layers`` arrays).
     W_V : array_like, shape (d, d) or (layers, d, d)
     layers : int
-        Number of layers L >= 0.
+        Number of layers L, from 0 to 10**4 (a Python loop over layers).
     skip : bool
         Residual (skip) connections.
     alpha : float

@@ -51,6 +51,10 @@ __all__ = [
 #: Arrays with at most this many entries get a dense SVD in :func:`spectral_norm`.
 DENSE_MAX_ENTRIES = 250_000
 
+#: Largest number of power-iteration steps in one call (and of steps * iters in
+#: :func:`track_drift`): each step is a Python-level loop iteration.
+MAX_ITERS = 10_000
+
 
 @dataclass(frozen=True)
 class PowerIteration:
@@ -116,7 +120,8 @@ def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0, *,
     A : array_like, shape (m, n), or scipy.sparse.linalg.LinearOperator
         Finite.
     iters : int
-        Number of steps, at least 1.
+        Number of steps, from 1 to :data:`MAX_ITERS` (a Python loop: beyond it a
+        call would run for minutes).
     u0 : array_like, shape (m,), optional
         Starting left vector (any non-zero finite vector; it is normalised).
         Default: a standard normal vector from ``numpy.random.default_rng(seed)``.
@@ -139,7 +144,7 @@ def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0, *,
     1e200 for entries of order 1).
     """
     op, _ = _as_operator(A)
-    iters = as_count(iters, "iters", 1)
+    iters = as_count(iters, "iters", 1, MAX_ITERS)
     seed = as_seed(seed)
     m, n = op.shape
     if u0 is None:
@@ -489,7 +494,7 @@ def track_drift(
     W0 : array_like, shape (m, n)
         Finite and not all zero.
     steps : int
-        At least 1.
+        At least 1; ``steps * iters`` at most :data:`MAX_ITERS`.
     drift : float
         :math:`\eta \ge 0`.
     persistent : bool
@@ -507,10 +512,13 @@ def track_drift(
         raise ValueError("W0 must be a non-zero matrix: the walk's steps are proportional to "
                          "||W0||_F, so W0 = 0 stays 0 and its relative underestimate "
                          "1 - sigma_hat / sigma is undefined (0 / 0)")
-    steps = as_count(steps, "steps", 1)
+    steps = as_count(steps, "steps", 1, MAX_ITERS // 10)
     drift = as_positive_float(drift, "drift", allow_zero=True)
     persistent = as_bool(persistent, "persistent")
-    iters = as_count(iters, "iters", 1)
+    iters = as_count(iters, "iters", 1, MAX_ITERS // 10)
+    if steps * iters > MAX_ITERS:
+        raise ValueError(f"steps * iters must be at most {MAX_ITERS} (a Python loop: time); "
+                         f"got steps = {steps}, iters = {iters}")
     seed = as_seed(seed)
     m, n = W.shape
     walk = np.random.default_rng(seed)
