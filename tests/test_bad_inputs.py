@@ -92,14 +92,14 @@ def _vjp(G):
     return G @ W_V.T
 
 
-def S(fn, kw, *, scale=(), valid=None, skip=(), slow=False, argname=None):
+def S(fn, kw, *, scale=(), valid=None, skip=(), slow=False, argname=None, strict=()):
     """A sweep entry: ``fn(**kw)`` is valid; ``scale`` lists ``({arg: exponent},
     degree)``: multiplying each arg by ``c ** exponent`` multiplies the result by
     ``c ** degree`` (``degree`` a number, or a dict leaf path -> number with key
     ``None`` as the default); ``valid`` maps an argument to the bad-value kinds
     that are valid for it; ``skip`` lists arguments not swept."""
     return dict(fn=fn, kw=kw, scale=list(scale), valid=valid or {}, skip=set(skip), slow=slow,
-                argname=argname or {})
+                argname=argname or {}, strict=set(strict))
 
 
 _LAYER = stabilisers.StabilisedAttention(W_Q, W_K, W_V, qk_norm="rms")
@@ -390,6 +390,7 @@ SPECS = {
                                                     "subnormal"}}),
     "stabilisers.qk_norm_ball_bound": S(stabilisers.qk_norm_ball_bound,
                                         dict(R=1.0, N=3, W_Q=W_Q, W_K=W_K, W_V=W_V, eps=1e-6),
+                                        strict={"W_Q", "W_K", "W_V:shorter"},
                                         scale=[({"W_V": 1}, 1),
                                                ({"R": 1, "W_Q": -1, "W_K": -1}, 0)],
                                         valid={"R": {"zero", "int", "tiny", "subnormal"},
@@ -541,6 +542,8 @@ def bad_values(value):
             ("empty", np.zeros((0,) + v.shape[1:])), ("empty_last", v[..., :0]),
             ("extra_axis", v[None]), ("fewer_axes", v[0] if v.ndim > 1 else np.float64(v[0])),
             ("huge", v * 2.0**1000), ("tiny", v * 2.0**-1000), ("zeros", np.zeros_like(v)),
+            ("narrower", v[..., :-1] if v.shape[-1] > 1 else np.concatenate([v, v], axis=-1)),
+            ("shorter", v[:-1] if v.shape[0] > 1 else np.concatenate([v, v], axis=0)),
             ("list_ok", v.tolist()), ("int_ok", np.round(v * 4).astype(int)),
         ]
         if isinstance(value, list):
@@ -654,6 +657,9 @@ def _same(a, b) -> bool:
 EQUIVALENT = {"list_ok", "int_ok", "npint_ok", "npfloat_ok", "npbool_ok", "tuple_ok", "array_ok"}
 #: Valid but extreme values: a finite result or a clear error passes.
 EXTREME = {"huge", "tiny", "subnormal", "int_value", "zeros"}
+#: One axis shorter (or doubled where it has length 1): valid unless the argument is
+#: ``strict`` in its spec (its shape must match another argument's).
+SHAPE_KINDS = {"narrower", "shorter"}
 #: Kinds valid for every argument of a given name.
 VALID_BY_NAME = {"seed": {"zero", "big", "huge"}, "axis": {"neg", "zero"}}
 
@@ -668,8 +674,10 @@ def classify_bad(spec, arg, kind, value, ref):
         return "hang", "timed out"
     if outcome == "raise":
         exc = payload
-        if isinstance(exc, (ValueError, TypeError, OverflowError)) and _names(str(exc), shown):
-            return "pass", ""
+        if isinstance(exc, (ValueError, TypeError, OverflowError)) and (
+                _names(str(exc), shown) or kind in SHAPE_KINDS
+                and any(_names(str(exc), a) for a in kw)):
+            return "pass", ""  # (a mismatch of shapes may name the other argument)
         return "unclear", f"{type(exc).__name__}: {exc}"[:200]
     try:
         non_finite = _non_finite(payload)
@@ -692,6 +700,10 @@ def classify_bad(spec, arg, kind, value, ref):
         if _same(payload, ref) or _same_batched(payload, ref):
             return "pass", ""
         return "wrong", "a batch of one differs from the unbatched result"
+    if kind in SHAPE_KINDS:
+        if arg in spec["strict"] or f"{arg}:{kind}" in spec["strict"]:
+            return "accepted", "accepted arguments whose shapes do not match"
+        return "pass", ""  # another size is valid unless it must match another argument
     if kind in EXTREME or kind in spec["valid"].get(arg, set()) \
             or kind in VALID_BY_NAME.get(arg, set()):
         return "pass", ""

@@ -51,7 +51,7 @@ from ._validate import (
     as_real_float,
     safe_product,
 )
-from .attention import as_mask
+from .attention import as_mask, check_attention_args
 from .lanczos import LipschitzEstimate
 from .layers import (
     LayerNorm,
@@ -282,8 +282,9 @@ def qk_norm_ball_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any, eps: floa
     R = as_positive_float(R, "R", allow_zero=True)
     eps = as_positive_float(eps, "eps")
     N = as_int_at_least(N, "N", 1)
-    nQ, nK, nV = (float(np.linalg.norm(as_real_array(W, name, ndim=2), 2))
-                  for W, name in ((W_Q, "W_Q"), (W_K, "W_K"), (W_V, "W_V")))
+    W_Q = as_real_array(W_Q, "W_Q", ndim=2)
+    _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
+    nQ, nK, nV = (float(np.linalg.norm(W, 2)) for W in (W_Q, W_K, W_V))
     inner = math.sqrt(N) + safe_product(R, math.sqrt(N / 2), nQ + nK, 1 / math.sqrt(eps),
                                         name="R, W_Q, W_K and eps", what="a bound")
     return safe_product(nV, inner, name="R, W_Q, W_K, W_V and eps", what="a bound")
