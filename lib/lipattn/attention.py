@@ -161,17 +161,17 @@ def _scaled_logits(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray) -> tuple[np.
     return S_unit, t
 
 
-def balanced(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray
+def _balanced(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     r"""``(X / a, W_Q c, W_K a^2 / c, a)``: the same logits, with ``X / a`` of order 1.
 
     ``a`` and ``c`` are powers of two (exact), ``a`` at the largest entry of X and ``c``
     chosen so that ``W_Q c`` and ``W_K a^2 / c`` have equal largest entries (within a
     factor 2). Self-attention :math:`f(X) = P(X) X W_V` satisfies
-    :math:`f_{	ext{balanced}}(X/a) = f(X)/a`, so the Jacobian at ``X / a`` of the
+    :math:`f_{\text{balanced}}(X/a) = f(X)/a`, so the Jacobian at ``X / a`` of the
     balanced map *is* :math:`Df(X)`: computing it from the balanced arguments gives
     the same numbers (bit for bit, barring subnormals) without the overflow or
-    underflow of :math:`W_Q W_K^	op` or :math:`X W_V` that very large or very small
+    underflow of :math:`W_Q W_K^\top` or :math:`X W_V` that very large or very small
     entries cause. Where balancing would itself overflow, the arguments are
     returned unchanged (with ``a = 1``).
     """

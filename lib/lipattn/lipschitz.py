@@ -77,7 +77,7 @@ from ._validate import (
     safe_product,
     scale_of,
 )
-from .attention import _finite_logits, _masked, as_mask, balanced, check_attention_args
+from .attention import _balanced, _finite_logits, _masked, as_mask, check_attention_args
 from .lanczos import (
     JacobianOperator,
     LipschitzEstimate,
@@ -147,10 +147,10 @@ def _layer(W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray, mask) -> MultiHead
 
 def _state(X, W_Q, W_K, W_V, mask):
     """The layer and its forward state at X, from the balanced arguments
-    (:func:`lipattn.attention.balanced`): the same Jacobian, without overflow or
+    (:func:`lipattn.attention._balanced`): the same Jacobian, without overflow or
     underflow in the products of very large or very small X, W_Q and W_K."""
     _finite_logits(X, W_Q, W_K)  # logits beyond float64: a clear error naming X, W_Q, W_K
-    Xb, W_Qb, W_Kb, _ = balanced(X, W_Q, W_K)
+    Xb, W_Qb, W_Kb, _ = _balanced(X, W_Q, W_K)
     layer = _layer(W_Qb, W_Kb, W_V, mask)
     _, st = layer.forward(Xb)
     return layer, st
@@ -244,7 +244,7 @@ def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, mask: Any = None
     """
     X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
     P = softmax(_masked(_finite_logits(X, W_Q, W_K), mask), axis=-1)
-    X, W_Q, W_K, _ = balanced(X, W_Q, W_K)  # the same Jacobian (see _state)
+    X, W_Q, W_K, _ = _balanced(X, W_Q, W_K)  # the same Jacobian (see _state)
     A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
     N, d = X.shape
     dv = W_V.shape[1]
