@@ -445,8 +445,12 @@ def trajectory(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: bool 
     Raises
     ------
     ValueError
-        Mismatched shapes, non-finite inputs, ``layers < 0``, ``dps < 15``,
-        or tokens that overflow float64 (float64 path).
+        Mismatched shapes, non-finite inputs, ``layers`` outside [0, 10**4] or
+        ``dps < 15``.
+    OverflowError
+        (:class:`~lipattn._validate.ResultOverflowError`, also a ``ValueError``)
+        if the tokens overflow float64 (float64 path). Attention logits beyond
+        float64 are not an error: P is exact for logits of any size.
     """
     absolute = as_bool(absolute, "absolute")
     log10 = as_bool(log10, "log10")

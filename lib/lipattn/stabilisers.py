@@ -278,6 +278,9 @@ def qk_norm_ball_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any, eps: floa
     :math:`\sqrt h`, which this function does not include. Linear in R:
     QK-norm removes the :math:`R^2` of dot-product attention but not the
     growth.
+
+    Raises ``OverflowError`` (:class:`~lipattn._validate.ResultOverflowError`)
+    where the bound exceeds float64.
     """
     R = as_positive_float(R, "R", allow_zero=True)
     eps = as_positive_float(eps, "eps")
@@ -296,6 +299,8 @@ def qk_norm_two_sided_lower(t: float, eps: float) -> float:
     :math:`\frac{2t^2}{3\sqrt{2\varepsilon}\sqrt{t^2/2 + \varepsilon}} + \frac13`, at least
     :math:`2t/(3\sqrt\varepsilon)` for every t and asymptotic to it (the book's
     Chapter 7 proves both).
+
+    Computed without squaring t; ``OverflowError`` where the bound exceeds float64.
     """
     t = as_positive_float(t, "t", allow_zero=True)
     eps = as_positive_float(eps, "eps")
