@@ -75,10 +75,21 @@ def test_extreme_logits_stay_finite_without_warnings():
     np.testing.assert_array_equal(P[1], [0.0, 1.0, 0.0])
 
 
-def test_overflowing_logits_raise():
-    X = np.array([[1e200, 0.0], [1.0, 0.0]])
-    with pytest.raises(ValueError, match="overflow"):
-        attention_matrix(X, np.eye(2), np.eye(2))
+def test_logits_beyond_float64_give_the_exact_hard_attention():
+    # logits 2**1200 / sqrt(2) * X X^T: the softmax is uniform over each row's maxima
+    X = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    W = np.eye(2) * 2.0**600
+    P = attention_matrix(X, W, W)
+    np.testing.assert_array_equal(P, [[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.5, 0.5]])
+    np.testing.assert_array_equal(attention_matrix(np.array([[1e200, 0.0], [1.0, 0.0]]),
+                                                   np.eye(2), np.eye(2)), [[1, 0], [1, 0]])
+    with pytest.raises(OverflowError, match="X, W_Q and W_K"):
+        attention_logits(X, W, W)
+    Y = self_attention(X * 1e160, np.eye(2), np.eye(2), np.eye(2))  # the 1e160
+    np.testing.assert_allclose(Y, [[1e160, 0.5e160], [1e160, 1e160], [0.5e160, 1e160]],
+                               rtol=1e-15)
+    with pytest.raises(OverflowError, match="X and W_V"):
+        self_attention(X * 1e160, np.eye(2), np.eye(2), np.eye(2) * 1e160)
 
 
 @pytest.mark.parametrize("args,match", [

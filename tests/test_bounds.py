@@ -198,3 +198,19 @@ def test_kim_bad_input():
         lip.kim_l2_mha_bound(3, np.ones((2, 2, 2)), np.ones((2, 2, 2)), np.eye(3))
     with pytest.raises(ValueError, match="y"):
         lip.kim_phi_inverse(-1.0)
+
+
+@pytest.mark.parametrize(("cq", "cv"), [(1e-200, 1e150), (1e-100, 1e-100), (1e100, 1e-150)])
+def test_kim_bound_at_extreme_weights_matches_mpmath(cq, cv):
+    rng = np.random.default_rng(3)
+    W_Q, W_V = rng.standard_normal((4, 2)) * cq, rng.standard_normal((4, 4)) * cv
+    N = 5
+    nq, nv = (mpmath.mpf(float(np.linalg.norm(W, 2))) for W in (W_Q, W_V))
+    ref = mpmath.sqrt(mpmath.mpf(N) / 2) * (4 * mpmath.lambertw((N - 1) / mpmath.e).real + 1) \
+        * nq**2 * nv
+    assert lip.kim_l2_bound(N, W_Q, W_V) == pytest.approx(float(ref), rel=1e-12)
+
+
+def test_kim_bound_beyond_float64_raises_overflow_error():
+    with pytest.raises(OverflowError, match="W_Q"):
+        lip.kim_l2_bound(3, np.full((2, 2), 1e300), np.full((2, 2), 1e300))

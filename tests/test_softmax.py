@@ -649,3 +649,14 @@ def test_no_nan_or_warning_on_degenerate_but_valid_input():
             entropy(softmax(z)),
         ):
             assert np.all(np.isfinite(out))
+
+
+def test_jacobian_beyond_float64_raises_overflow_error():
+    # a tie: p = (1/2, 1/2, 0), so J_00 = 1 / (4 tau), beyond float64 for tau = 1e-310
+    z = np.array([1.0, 1.0, 0.0])
+    for f in (softmax_jacobian, softmax_jacobian_norm):
+        with pytest.raises(OverflowError, match="temperature"):
+            f(z, temperature=1e-310)
+    assert softmax_jacobian(z, temperature=1e-300)[0, 0] == pytest.approx(0.25e300, rel=1e-15)
+    assert float(softmax_jacobian_norm(z, temperature=1e-300)) == pytest.approx(0.5e300,
+                                                                              rel=1e-15)

@@ -348,3 +348,8 @@ def test_pytorch_order_estimate_interleaves(m, n, seed, k):
     torch_sigma = np.linalg.norm(A.T @ u_k)
     tol = 1e-12 * np.linalg.norm(A, 2)
     assert run.sigma[k - 1] - tol <= torch_sigma <= run.sigma[k] + tol
+
+
+def test_track_drift_refuses_a_zero_start():
+    with pytest.raises(ValueError, match="W0 must be a non-zero"):
+        spectral.track_drift(np.zeros((3, 3)), 3, 0.1)

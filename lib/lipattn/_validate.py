@@ -23,6 +23,7 @@ __all__ = [
     "as_float_in",
     "as_int_at_least",
     "as_count",
+    "as_counts",
     "as_seed",
     "as_rng",
     "as_tol",
@@ -33,12 +34,36 @@ __all__ = [
     "scale_of",
     "safe_product",
     "check_unmasked",
+    "ResultOverflowError",
+    "finite_result",
     "MAX_COUNT",
 ]
 
 #: Upper bound of :func:`as_count`: counts that size arrays or loops. Beyond it
 #: memory or time would explode, so a clear error beats a MemoryError or a hang.
 MAX_COUNT = 10**8
+
+
+class ResultOverflowError(OverflowError, ValueError):
+    """The true result exceeds the float64 range (about 1.8e308).
+
+    Raised, naming the caller's arguments, where the mathematics gives a finite
+    number too large for float64 -- never a silent ``inf``. An ``OverflowError``,
+    and a ``ValueError`` too (an argument that large is out of range).
+    """
+
+
+def finite_result(value: Any, name: str, what: str) -> Any:
+    """Return ``value`` if every entry is finite, else raise :class:`ResultOverflowError`.
+
+    For a result computed without intermediate overflow (rescaled by powers of
+    two), so that an infinite entry means the true value exceeds float64:
+    ``name`` lists the caller's arguments, ``what`` the quantity.
+    """
+    if not np.all(np.isfinite(value)):
+        raise ResultOverflowError(f"{name} must give {what} representable in float64; "
+                                  f"it overflows (beyond 1.8e308)")
+    return value
 
 
 def as_real_array(
@@ -187,6 +212,31 @@ def as_count(value: Any, name: str, minimum: int = 1, maximum: int = MAX_COUNT) 
     return as_int_at_least(value, name, minimum, maximum)
 
 
+def as_counts(value: Any, name: str, minimum: int = 1, maximum: int | None = MAX_COUNT, *,
+              allow_scalar: bool = False) -> list[int]:
+    """Return ``value``, a non-empty 1-D sequence of integer counts, as a list of ``int``.
+
+    Each entry is checked as :func:`as_int_at_least` does (bools, floats, strings
+    and nested sequences are refused, naming ``name[i]``); ``maximum=None`` means
+    no upper bound. With ``allow_scalar`` a single integer is the list of one.
+    """
+    want = f"{name} must be a non-empty sequence of integers >= {minimum}"
+    if allow_scalar and isinstance(value, (numbers.Integral, np.integer)) \
+            and not isinstance(value, (bool, np.bool_)):
+        return [as_int_at_least(value, name, minimum, maximum)]
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise ValueError(f"{want}; got an array of shape {value.shape}")
+        items = list(value)
+    elif isinstance(value, (list, tuple, range)):
+        items = list(value)
+    else:
+        raise TypeError(f"{want}; got {type(value).__name__}")
+    if not items:
+        raise ValueError(f"{want}; got an empty sequence")
+    return [as_int_at_least(v, f"{name}[{i}]", minimum, maximum) for i, v in enumerate(items)]
+
+
 def as_seed(value: Any, name: str = "seed") -> int:
     """Return ``value`` as a seed for ``np.random.default_rng``: an int >= 0, or raise."""
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
@@ -294,8 +344,9 @@ def as_bool(value: Any, name: str) -> bool:
 
 def safe_product(*factors: float, name: str = "the arguments", what: str = "a result") -> float:
     """The product of non-negative finite floats without intermediate overflow or
-    underflow; raises ``ValueError`` naming ``name`` (the caller's arguments) and
-    ``what`` (the quantity) if the product itself overflows.
+    underflow; raises :class:`ResultOverflowError` (an ``OverflowError`` and a
+    ``ValueError``) naming ``name`` (the caller's arguments) and ``what`` (the
+    quantity) if the product itself overflows.
 
     ``1e200 * 1e200 * 1e-300`` is ``1e100``, not ``inf``. A product below the
     smallest float gives 0 (or a subnormal), which is the correctly rounded value.
@@ -310,5 +361,5 @@ def safe_product(*factors: float, name: str = "the arguments", what: str = "a re
     try:
         return math.ldexp(mant, expo)
     except OverflowError:
-        raise ValueError(f"{name} must give {what} representable in float64; it "
-                         f"overflows (about 2**{expo})") from None
+        raise ResultOverflowError(f"{name} must give {what} representable in float64; it "
+                                  f"overflows (about 2**{expo})") from None

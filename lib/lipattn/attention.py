@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_real_array
+from ._validate import as_count, as_real_array, finite_result, scale_of
 from .softmax import softmax
 
 __all__ = ["attention_logits", "attention_matrix", "self_attention", "check_attention_args",
@@ -52,6 +52,7 @@ def as_mask(mask: Any, N: int) -> np.ndarray | None:
         For another string or type, a non-boolean array, a wrong shape, or a
         row with no allowed key (its softmax is undefined).
     """
+    N = as_count(N, "N")
     if mask is None:
         return None
     if isinstance(mask, str):
@@ -133,9 +134,56 @@ def _logits(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray) -> np.ndarray:
 def _finite_logits(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray) -> np.ndarray:
     S = _logits(X, W_Q, W_K)
     if not np.all(np.isfinite(S)):
-        raise ValueError("X, W_Q and W_K give logits that overflow float64; "
-                         "expected logits of finite size")
+        S_unit, t = _scaled_logits(X, W_Q, W_K)
+        with np.errstate(over="ignore", invalid="ignore"):  # 0 * inf: t beyond float64
+            S = finite_result(np.where(S_unit == 0.0, 0.0, S_unit * t), "X, W_Q and W_K",
+                              "attention logits")
+        # finite after all: only an intermediate product overflowed
     return S
+
+
+def _exponent(c: float) -> int:
+    """The exponent e with c = 2**e, for a power of two c from :func:`scale_of`."""
+    return int(np.frexp(c)[1]) - 1
+
+
+def _scaled_logits(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray) -> tuple[np.ndarray, float]:
+    """``(S', t)`` with the logits ``S = t * S'`` and ``t`` a power of two.
+
+    ``S'`` is computed from X, W_Q and W_K divided by powers of two at their largest
+    entries, so it is finite (of order at most ``N d d_k``); ``t``, the product of
+    those powers, is ``inf`` where it exceeds float64.
+    """
+    a, q, k = (scale_of(M) for M in (X, W_Q, W_K))
+    S_unit = _logits(X / a, W_Q / q, W_K / k)
+    with np.errstate(over="ignore", under="ignore"):
+        t = float(np.ldexp(1.0, 2 * _exponent(a) + _exponent(q) + _exponent(k)))
+    return S_unit, t
+
+
+def _balanced(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    r"""``(X / a, W_Q c, W_K a^2 / c, a)``: the same logits, with ``X / a`` of order 1.
+
+    ``a`` and ``c`` are powers of two (exact), ``a`` at the largest entry of X and ``c``
+    chosen so that ``W_Q c`` and ``W_K a^2 / c`` have equal largest entries (within a
+    factor 2). Self-attention :math:`f(X) = P(X) X W_V` satisfies
+    :math:`f_{\text{balanced}}(X/a) = f(X)/a`, so the Jacobian at ``X / a`` of the
+    balanced map *is* :math:`Df(X)`: computing it from the balanced arguments gives
+    the same numbers (bit for bit, barring subnormals) without the overflow or
+    underflow of :math:`W_Q W_K^\top` or :math:`X W_V` that very large or very small
+    entries cause. Where balancing would itself overflow, the arguments are
+    returned unchanged (with ``a = 1``).
+    """
+    a, q, k = (scale_of(M) for M in (X, W_Q, W_K))
+    ea, eq, ek = _exponent(a), _exponent(q), _exponent(k)
+    delta = (ek - eq) // 2
+    with np.errstate(over="ignore", under="ignore"):
+        out = (X / a, np.ldexp(W_Q, ea + delta), np.ldexp(W_K, ea - delta))
+    if not all(np.all(np.isfinite(M)) for M in out) or (np.any(W_Q) and not np.any(out[1])) \
+            or (np.any(W_K) and not np.any(out[2])):
+        return X, W_Q, W_K, 1.0
+    return (*out, a)
 
 
 def attention_logits(X: Any, W_Q: Any, W_K: Any) -> np.ndarray:
@@ -150,6 +198,12 @@ def attention_logits(X: Any, W_Q: Any, W_K: Any) -> np.ndarray:
     -------
     S : ndarray, shape (..., N, N)
         Row i holds the logits of query i against every key.
+
+    Raises
+    ------
+    OverflowError
+        (:class:`~lipattn._validate.ResultOverflowError`, also a ``ValueError``)
+        if a logit exceeds the float64 range.
     """
     X, W_Q, W_K, _ = check_attention_args(X, W_Q, W_K)
     return _finite_logits(X, W_Q, W_K)
@@ -168,12 +222,27 @@ def attention_matrix(X: Any, W_Q: Any, W_K: Any, *, mask: Any = None) -> np.ndar
     Returns
     -------
     P : ndarray, shape (..., N, N)
-        Row-stochastic: non-negative rows summing to 1 up to rounding. Finite
-        for logits of any finite size.
+        Row-stochastic: non-negative rows summing to 1 up to rounding. Exact up
+        to rounding for logits of any size, also beyond the float64 range
+        (entries of X of 1e160 and more): then P is the softmax of the logits
+        divided by a power of two, at the matching temperature.
     """
     X, W_Q, W_K, _ = check_attention_args(X, W_Q, W_K)
     mask = as_mask(mask, X.shape[-2])
-    return softmax(_masked(_finite_logits(X, W_Q, W_K), mask), axis=-1)
+    return _attention_weights(X, W_Q, W_K, mask)
+
+
+def _attention_weights(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, mask) -> np.ndarray:
+    """P for validated arguments, for logits of any size (see :func:`attention_matrix`)."""
+    S = _logits(X, W_Q, W_K)
+    if np.all(np.isfinite(S)):
+        return softmax(_masked(S, mask), axis=-1)
+    # Logits beyond float64: P = softmax(S' / tau) with S = S' / tau, tau = 1 / t a
+    # power of two (exact). Below the smallest normal tau every logit gap of S'
+    # larger than 2**-1022 * 800 gives a weight of exactly 0, as it does for t.
+    S_unit, t = _scaled_logits(X, W_Q, W_K)
+    tau = max(1.0 / t, 2.0**-1022)
+    return softmax(_masked(S_unit, mask), axis=-1, temperature=tau)
 
 
 def self_attention(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, mask: Any = None) -> np.ndarray:
@@ -191,11 +260,23 @@ def self_attention(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, mask: Any = None) ->
     Returns
     -------
     Y : ndarray, shape (..., N, d_v)
-        Row i is the convex combination :math:`\sum_j P_{ij} x_j W_V`.
+        Row i is the convex combination :math:`\sum_j P_{ij} x_j W_V`. Exact up
+        to rounding for every finite input (``P`` as in :func:`attention_matrix`;
+        ``X W_V`` from X and W_V divided by powers of two); scale-equivariant:
+        ``W_V`` times c gives Y times c.
+
+    Raises
+    ------
+    OverflowError
+        (:class:`~lipattn._validate.ResultOverflowError`, also a ``ValueError``)
+        if Y itself exceeds the float64 range.
     """
     X, W_Q, W_K, W_V = check_attention_args(X, W_Q, W_K, W_V)
-    P = attention_matrix(X, W_Q, W_K, mask=mask)
-    return P @ (X @ W_V)
+    P = _attention_weights(X, W_Q, W_K, as_mask(mask, X.shape[-2]))
+    a, v = scale_of(X), scale_of(W_V)
+    with np.errstate(over="ignore"):
+        Y = (P @ ((X / a) @ (W_V / v))) * a * v
+    return finite_result(Y, "X and W_V", "an output P X W_V")
 
 
 

@@ -32,6 +32,7 @@ import mpmath as mp
 import numpy as np
 
 from ._validate import (
+    ResultOverflowError,
     as_bool,
     as_count,
     as_positive_float,
@@ -88,7 +89,8 @@ def _top_singular_value(A: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = s * c[..., 0, 0]
     if not np.all(np.isfinite(out)):
-        raise ValueError("A must have a spectral norm representable in float64; it overflows")
+        raise ResultOverflowError("A must have a spectral norm representable in float64; "
+                                  "it overflows")
     return out
 
 
@@ -155,7 +157,8 @@ def diameter(X: Any) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = c[..., 0, 0] * np.sqrt(np.max(np.sum(diff * diff, axis=-1), axis=(-2, -1)))
     if not np.all(np.isfinite(out)):
-        raise ValueError("X must have a diameter representable in float64; it overflows")
+        raise ResultOverflowError("X must have a diameter representable in float64; "
+                                  "it overflows")
     return out
 
 
@@ -242,8 +245,8 @@ def cubic_leading_term(R: Any, W_Q: Any, W_K: Any, W_V: Any) -> np.ndarray:
     with np.errstate(over="ignore"):
         out = core * scale
     if not np.all(np.isfinite(out)):
-        raise ValueError("R, W_Q, W_K, W_V must give a leading term representable in "
-                         "float64; it overflows")
+        raise ResultOverflowError("R, W_Q, W_K, W_V must give a leading term representable "
+                                  "in float64; it overflows")
     return out
 
 
@@ -310,7 +313,7 @@ def _per_layer(W: Any, name: str, layers: int, d: int) -> list[np.ndarray]:
 
 def _check_stack(X, W_Q, W_K, W_V, layers, skip, alpha, mlp):
     X = as_real_array(X, "X", min_ndim=2, ndim=2)
-    layers = as_count(layers, "layers", 0, 10**6)
+    layers = as_count(layers, "layers", 0, 10**4)  # a Python loop over layers: time
     skip = as_bool(skip, "skip")
     alpha = as_positive_float(alpha, "alpha", allow_zero=True)
     n, d = X.shape
@@ -350,20 +353,16 @@ def stack_states(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: boo
         X, W_Q, W_K, W_V, layers, skip, alpha, mlp)
     Xs, Ps = [X], []
     for ell in range(layers):
-        try:
-            P = attention_matrix(X, qs[ell], ks[ell])
-        except ValueError:
-            raise ValueError(f"the tokens entering layer {ell + 1} give attention logits that "
-                             "overflow float64; expected X, W_Q, W_K, W_V (and mlp) that "
-                             "keep them finite") from None
-        F = P @ (X @ vs[ell])
-        Y = X + alpha * F if skip else F
-        if m1 is not None:
-            G = np.maximum(Y @ m1[ell], 0.0) @ m2[ell]
-            Y = Y + alpha * G if skip else G
+        P = attention_matrix(X, qs[ell], ks[ell])  # exact for logits of any size
+        with np.errstate(over="ignore", invalid="ignore"):  # checked below
+            F = P @ (X @ vs[ell])
+            Y = X + alpha * F if skip else F
+            if m1 is not None:
+                G = np.maximum(Y @ m1[ell], 0.0) @ m2[ell]
+                Y = Y + alpha * G if skip else G
         if not np.all(np.isfinite(Y)):
-            raise ValueError(f"the tokens overflow float64 at layer {ell + 1}; "
-                             "expected weights that keep them finite")
+            raise ResultOverflowError(f"X and W_V (and mlp) must keep the tokens representable "
+                                      f"in float64; they overflow at layer {ell + 1}")
         X = Y
         Xs.append(X)
         Ps.append(P)
@@ -419,7 +418,7 @@ def trajectory(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: bool 
         leading axis of length ``layers``, or a sequence of ``layers`` arrays).
     W_V : array_like, shape (d, d) or (layers, d, d)
     layers : int
-        Number of layers L >= 0.
+        Number of layers L, from 0 to 10**4 (a Python loop over layers).
     skip : bool
         Residual (skip) connections.
     alpha : float
@@ -446,8 +445,12 @@ def trajectory(X: Any, W_Q: Any, W_K: Any, W_V: Any, layers: int, *, skip: bool 
     Raises
     ------
     ValueError
-        Mismatched shapes, non-finite inputs, ``layers < 0``, ``dps < 15``,
-        or tokens that overflow float64 (float64 path).
+        Mismatched shapes, non-finite inputs, ``layers`` outside [0, 10**4] or
+        ``dps < 15``.
+    OverflowError
+        (:class:`~lipattn._validate.ResultOverflowError`, also a ``ValueError``)
+        if the tokens overflow float64 (float64 path). Attention logits beyond
+        float64 are not an error: P is exact for logits of any size.
     """
     absolute = as_bool(absolute, "absolute")
     log10 = as_bool(log10, "log10")

@@ -41,6 +41,7 @@ products are representable (tested for :math:`10^{-200} \le c \le 10^{200}`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,7 @@ from typing import Any
 import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
-from ._validate import as_float_in, as_int_at_least, as_real_array
+from ._validate import MAX_COUNT, as_counts, as_float_in, as_int_at_least, as_real_array
 
 __all__ = ["LipschitzEstimate", "ConvergenceError", "golub_kahan_norm", "jacobian_norm",
            "JacobianOperator", "MAX_STEPS", "MIN_TOL"]
@@ -296,7 +297,12 @@ class JacobianOperator(LinearOperator):
 
     def __init__(self, jvp: Callable, vjp: Callable, in_shape: tuple[int, ...],
                  out_shape: tuple[int, ...]) -> None:
-        self._in, self._out = tuple(in_shape), tuple(out_shape)
+        for f, name in ((jvp, "jvp"), (vjp, "vjp")):
+            if not callable(f):
+                raise TypeError(f"{name} must be a callable (an array -> an array); "
+                                f"got {type(f).__name__}")
+        self._in = _check_shape(in_shape, "in_shape")
+        self._out = _check_shape(out_shape, "out_shape")
         super().__init__(dtype=np.float64,
                          shape=(int(np.prod(self._out)), int(np.prod(self._in))))
         self._jvp, self._vjp = jvp, vjp
@@ -304,7 +310,13 @@ class JacobianOperator(LinearOperator):
 
     def _call(self, f, x, shape_in, shape_out, name):
         self.products += 1
-        y = np.asarray(f(np.asarray(x, dtype=np.float64).reshape(shape_in)))
+        try:
+            y = np.asarray(f(np.asarray(x, dtype=np.float64).reshape(shape_in)))
+        except ArithmeticError:
+            raise  # an OverflowError names its arguments already
+        except Exception as exc:  # the caller's map: say which one failed, and on what
+            raise ValueError(f"{name} failed on an array of shape {shape_in}: "
+                             f"{type(exc).__name__}: {exc}") from exc
         if y.shape != shape_out:
             raise ValueError(f"{name} must return an array of shape {shape_out}; "
                              f"got shape {y.shape}")
@@ -322,12 +334,12 @@ class JacobianOperator(LinearOperator):
 
 
 def _check_shape(shape: Any, name: str) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (shape,)
-    if not isinstance(shape, (tuple, list)) or not shape:
-        raise TypeError(f"{name} must be a non-empty tuple of positive ints; "
-                        f"got {type(shape).__name__}")
-    return tuple(as_int_at_least(s, name, 1) for s in shape)
+    """A shape: an int or a non-empty tuple of ints >= 1, with at most MAX_COUNT entries."""
+    out = tuple(as_counts(shape, name, 1, allow_scalar=True))
+    if math.prod(out) > MAX_COUNT:
+        raise ValueError(f"{name} must have at most {MAX_COUNT:.0e} entries (memory); "
+                         f"got shape {out}")
+    return out
 
 
 def jacobian_norm(jvp: Callable, vjp: Callable, shape: Any, *, out_shape: Any = None,

@@ -66,16 +66,18 @@ from scipy.sparse.linalg import LinearOperator
 from scipy.special import lambertw
 
 from ._validate import (
+    ResultOverflowError,
     as_choice,
     as_count,
     as_int_at_least,
     as_positive_float,
     as_real_array,
+    finite_result,
     safe_norm,
     safe_product,
     scale_of,
 )
-from .attention import _finite_logits, _masked, as_mask, check_attention_args
+from .attention import _balanced, _finite_logits, _masked, as_mask, check_attention_args
 from .lanczos import (
     JacobianOperator,
     LipschitzEstimate,
@@ -144,8 +146,13 @@ def _layer(W_Q: np.ndarray, W_K: np.ndarray, W_V: np.ndarray, mask) -> MultiHead
 
 
 def _state(X, W_Q, W_K, W_V, mask):
-    layer = _layer(W_Q, W_K, W_V, mask)
-    _, st = layer.forward(X)
+    """The layer and its forward state at X, from the balanced arguments
+    (:func:`lipattn.attention._balanced`): the same Jacobian, without overflow or
+    underflow in the products of very large or very small X, W_Q and W_K."""
+    _finite_logits(X, W_Q, W_K)  # logits beyond float64: a clear error naming X, W_Q, W_K
+    Xb, W_Qb, W_Kb, _ = _balanced(X, W_Q, W_K)
+    layer = _layer(W_Qb, W_Kb, W_V, mask)
+    _, st = layer.forward(Xb)
     return layer, st
 
 
@@ -237,6 +244,7 @@ def attention_jacobian(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, mask: Any = None
     """
     X, W_Q, W_K, W_V, mask = _check_2d(X, W_Q, W_K, W_V, mask)
     P = softmax(_masked(_finite_logits(X, W_Q, W_K), mask), axis=-1)
+    X, W_Q, W_K, _ = _balanced(X, W_Q, W_K)  # the same Jacobian (see _state)
     A = (W_Q @ W_K.T) / math.sqrt(W_Q.shape[1])
     N, d = X.shape
     dv = W_V.shape[1]
@@ -394,7 +402,8 @@ def local_lipschitz_bound_terms(X: Any, W_Q: Any, W_K: Any, W_V: Any) -> BoundTe
              safe_product(nv, keys, q, k, x, x, name=name, what=what))
     total = math.fsum(terms)
     if not math.isfinite(total):
-        raise ValueError(f"{name} must give {what} representable in float64; it overflows")
+        raise ResultOverflowError(f"{name} must give {what} representable in float64; "
+                                  "it overflows")
     return BoundTerms(*terms, total=total)
 
 
@@ -472,28 +481,36 @@ def ball_lipschitz_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any) -> floa
 
     Raises
     ------
-    ValueError
-        If :math:`aR^2` or the bound exceeds the float64 range (the bound
-        is then not representable; it is finite only in exact arithmetic).
+    OverflowError
+        (:class:`~lipattn._validate.ResultOverflowError`, also a ``ValueError``)
+        if :math:`aR^2` or the bound exceeds the float64 range (the bound is
+        then not representable; it is finite only in exact arithmetic).
     """
     R = as_positive_float(R, "R")
     N = as_int_at_least(N, "N", 1)
     W_Q = as_real_array(W_Q, "W_Q", ndim=2)
     _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
-    a = float(np.linalg.norm(W_Q @ W_K.T, 2)) / math.sqrt(W_Q.shape[1])
+    # a = ||W_Q W_K^T|| / sqrt(d_k) as mantissa * 2**exponent: W_Q W_K^T itself
+    # overflows or underflows for large W_Q and small W_K (or R compensating).
+    q, k = scale_of(W_Q), scale_of(W_K)
+    a_mant = float(np.linalg.norm((W_Q / q) @ (W_K / k).T, 2)) / math.sqrt(W_Q.shape[1])
     nv = float(np.linalg.norm(W_V, 2))
-    if a == 0.0 or nv == 0.0:  # a = 0: P is uniform, f(X) = (11^T/N) X W_V
+    if a_mant == 0.0 or nv == 0.0:  # a = 0: P is uniform, f(X) = (11^T/N) X W_V
         return nv
-    log_s = math.log(a) + 2.0 * math.log(R)  # log(a R^2), finite for any float R
+    # log(a R^2), finite for any float R and weights
+    log_s = math.log(a_mant) + math.log(q) + math.log(k) + 2.0 * math.log(R)
     if log_s > math.log(np.finfo(float).max):
-        raise ValueError(f"R is too large: a R^2 = exp({log_s:.1f}) overflows float64, "
-                         "so the ball bound is not representable")
+        raise ResultOverflowError(f"R, W_Q and W_K must give a R^2 representable in float64; "
+                                  f"a R^2 = exp({log_s:.1f}) overflows, so the ball bound "
+                                  "does too")
     s = math.exp(log_s)
     p_term = math.exp(min(0.5 * math.log(N), s))
     key = math.exp(min(0.5 * math.log(N / 2), s))
-    out = nv * (p_term + s * (1.0 + key))
+    with np.errstate(over="ignore"):
+        out = nv * (p_term + s * (1.0 + key))
     if not math.isfinite(out):
-        raise ValueError(f"R is too large: the ball bound overflows float64 (a R^2 = {s:.3g})")
+        raise ResultOverflowError(f"R, W_Q, W_K and W_V must give a ball bound representable "
+                                  f"in float64; it overflows (a R^2 = {s:.3g})")
     return out
 
 
@@ -576,8 +593,9 @@ def l2_self_attention(X: Any, W_Q: Any, W_V: Any) -> np.ndarray:
     ndarray, shape (..., N, d_v)
     """
     X, W_Q, W_V = _check_l2(X, W_Q, W_V)
-    P = softmax(_l2_logits(X, W_Q)[0], axis=-1)
-    return P @ (X @ (W_Q @ (W_Q.T @ W_V))) / math.sqrt(W_Q.shape[1])
+    st = _l2_state(X, W_Q, W_V)
+    with np.errstate(over="ignore", invalid="ignore"):  # checked
+        return _l2_finite(st.P @ st.XM, "an output")
 
 
 @dataclass(frozen=True)
@@ -585,30 +603,41 @@ class _L2State:
     P: np.ndarray   # (N, N)
     Q: np.ndarray   # (N, d_k)
     W_Q: np.ndarray
-    M: np.ndarray   # (d, d_v) = W_Q W_Q^T W_V / sqrt(d_k)
-    XM: np.ndarray  # (N, d_v)
+    B: np.ndarray   # (d_k, d_v) = W_Q^T W_V / sqrt(d_k); the value map is W_Q B
+    XM: np.ndarray  # (N, d_v) = Q B
     c: float        # 1 / sqrt(d_k)
 
 
+def _l2_finite(out: np.ndarray, what: str) -> np.ndarray:
+    return finite_result(out, "X, W_Q and W_V", f"{what} of L2 attention")
+
+
 def _l2_state(X, W_Q, W_V) -> _L2State:
+    # The value map W_Q W_Q^T W_V is never formed: Q (W_Q^T W_V) has the scale of
+    # the output, while W_Q W_Q^T alone overflows (or underflows) for large (small)
+    # W_Q that X compensates.
     S, Q = _l2_logits(X, W_Q)
     c = 1 / math.sqrt(W_Q.shape[1])
-    M = W_Q @ (W_Q.T @ W_V) * c
-    return _L2State(softmax(S, axis=-1), Q, W_Q, M, X @ M, c)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        B = (W_Q.T @ W_V) * c
+        XM = _l2_finite(Q @ B, "an output")
+    return _L2State(softmax(S, axis=-1), Q, W_Q, B, XM, c)
 
 
 def _l2_jvp(st: _L2State, E: np.ndarray) -> np.ndarray:
-    dQ = E @ st.W_Q
-    dn = 2 * np.sum(st.Q * dQ, axis=-1)
-    dS = -st.c * (dn[:, None] + dn[None, :] - 2 * (dQ @ st.Q.T + st.Q @ dQ.T))
-    return softmax_jvp(st.P, dS) @ st.XM + st.P @ (E @ st.M)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):  # checked
+        dQ = E @ st.W_Q
+        dn = 2 * np.sum(st.Q * dQ, axis=-1)
+        dS = -st.c * (dn[:, None] + dn[None, :] - 2 * (dQ @ st.Q.T + st.Q @ dQ.T))
+        return _l2_finite(softmax_jvp(st.P, dS) @ st.XM + st.P @ (dQ @ st.B), "a jvp")
 
 
 def _l2_vjp(st: _L2State, G: np.ndarray) -> np.ndarray:
-    Gs = softmax_jvp(st.P, G @ st.XM.T)
-    r = Gs.sum(axis=1) + Gs.sum(axis=0)
-    gQ = st.c * (2 * (Gs + Gs.T) @ st.Q - 2 * r[:, None] * st.Q)
-    return gQ @ st.W_Q.T + st.P.T @ (G @ st.M.T)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):  # checked
+        Gs = softmax_jvp(st.P, G @ st.XM.T)
+        r = Gs.sum(axis=1) + Gs.sum(axis=0)
+        gQ = st.c * (2 * (Gs + Gs.T) @ st.Q - 2 * r[:, None] * st.Q)
+        return _l2_finite((gQ + st.P.T @ (G @ st.B.T)) @ st.W_Q.T, "a vjp")
 
 
 def l2_attention_jvp(X: Any, E: Any, W_Q: Any, W_V: Any) -> np.ndarray:
@@ -975,6 +1004,14 @@ def kim_l2_mha_bound(N: int, W_Q: Any, W_V: Any, W_O: Any, *, form: str = "exact
     Returns
     -------
     float
+        Exact up to rounding for every finite weight (computed from norms split
+        into mantissa and power of two: no intermediate overflow or underflow).
+
+    Raises
+    ------
+    OverflowError
+        (:class:`~lipattn._validate.ResultOverflowError`, also a ``ValueError``)
+        where the bound exceeds the float64 range.
     """
     N = as_int_at_least(N, "N", 1)
     if form not in _KIM_FORMS:
@@ -990,10 +1027,32 @@ def kim_l2_mha_bound(N: int, W_Q: Any, W_V: Any, W_O: Any, *, form: str = "exact
         raise ValueError(f"W_O must have shape (H d_v, d_out) = ({H * W_V.shape[2]}, d_out); "
                          f"got shape {W_O.shape}")
     w0 = kim_phi_inverse(N - 1 if form == "exact" else N)
-    nq = np.linalg.norm(W_Q, 2, axis=(-2, -1))
-    nv = np.linalg.norm(W_V, 2, axis=(-2, -1))
-    heads = float(np.sqrt(np.sum(nq ** 4 * nv ** 2)))
-    return math.sqrt(N / d_k) * (4 * w0 + 1) * heads * float(np.linalg.norm(W_O, 2))
+    # Each norm as mantissa * 2**exponent (norms of matrices divided by powers of two),
+    # so that ||W_Q||^4 ||W_V||^2 neither overflows nor underflows: the bound is exact
+    # up to rounding for every finite weight, OverflowError where it exceeds float64.
+    mq, eq = _norm_parts(W_Q)
+    mv, ev = _norm_parts(W_V)
+    mo, eo = _norm_parts(W_O[None])
+    mant, expo = mq ** 4 * mv ** 2, 4 * eq + 2 * ev
+    if not np.any(mant) or mo[0] == 0.0:
+        return 0.0
+    top = int(np.max(expo[mant > 0]))
+    with np.errstate(under="ignore"):  # heads far below the largest round to 0
+        total = float(np.sum(np.ldexp(mant, expo - top)))
+    heads = math.sqrt(total * 2.0 ** (top % 2))  # (sum of terms)^(1/2) / 2**(top // 2)
+    m, e = math.frexp(math.sqrt(N / d_k) * (4 * w0 + 1) * heads * float(mo[0]))
+    try:
+        return math.ldexp(m, e + top // 2 + int(eo[0]))
+    except OverflowError:
+        raise ResultOverflowError("W_Q, W_V and W_O must give a bound representable in "
+                                  "float64; it overflows") from None
+
+
+def _norm_parts(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spectral norms of the matrices ``W[h]`` as ``(mantissa, exponent)`` arrays:
+    ``||W[h]||_2 = mantissa[h] * 2**exponent[h]``, without overflow or underflow."""
+    c = scale_of(W, axis=(-2, -1), keepdims=True)
+    return np.linalg.norm(W / c, 2, axis=(-2, -1)), np.frexp(c[..., 0, 0])[1] - 1
 
 
 __all__ += ["kim_phi_inverse", "kim_l2_mha_bound"]

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._blas import single_threaded
-from ._validate import as_choice, as_count, as_positive_float, as_real_array, scale_of
+from ._validate import (
+    as_choice,
+    as_count,
+    as_counts,
+    as_positive_float,
+    as_real_array,
+    scale_of,
+)
 from .training import TrainResult
 from .transformer import MATRICES, _backward, _forward, init_params, stack_params
 
@@ -76,9 +83,7 @@ def _check_counts(layers: int, d: int, seeds: int, n_tokens: int) -> tuple[int, 
 
 
 def _check_depths(depths) -> list[int]:
-    if isinstance(depths, (str, bytes)) or np.ndim(depths) != 1 or np.size(depths) == 0:
-        raise TypeError(f"depths must be a non-empty sequence of ints; got {depths!r}")
-    return [as_count(L, f"depths[{i}]", 1) for i, L in enumerate(np.asarray(depths).tolist())]
+    return as_counts(depths, "depths", 1)
 
 
 def _models(layers: int, d: int, seeds: int, heads: int) -> list[dict]:
@@ -312,7 +317,13 @@ def encoder_layer(p: dict, variant: str):
     """
     from .transformer import as_layers
     as_choice(variant, "variant", ("post", "pre"))
-    return as_layers([p], variant, final_norm=False).layers[0]
+    if not isinstance(p, dict) or not p:
+        raise TypeError("p must be one layer's parameter dict (W_Q, ..., b_2 and 'heads'); "
+                        f"got {type(p).__name__ if not isinstance(p, dict) else 'an empty dict'}")
+    try:
+        return as_layers([p], variant, final_norm=False).layers[0]
+    except (TypeError, ValueError) as exc:  # as_layers names the entry params[0][key]
+        raise type(exc)(str(exc).replace("params[0]", "p")) from None
 
 
 @single_threaded
@@ -425,7 +436,14 @@ def intervention_runs(interventions: dict, seeds, *, variant: str = "post", lr: 
     if not isinstance(interventions, dict) or not interventions:
         raise TypeError(f"interventions must be a non-empty dict label -> (names, steps, "
                         f"factor) or None; got {interventions!r}")
-    seeds = [as_count(s, f"seeds[{i}]", 0) for i, s in enumerate(np.atleast_1d(seeds).tolist())]
+    for label, v in interventions.items():
+        if v is not None:
+            try:
+                scaled_updates({0: v})
+            except (TypeError, ValueError) as exc:  # its messages name scales[0]
+                raise type(exc)(f"interventions[{label!r}] is not a valid intervention: "
+                                + str(exc).replace("scales[0]", "it")) from None
+    seeds = as_counts(seeds, "seeds", 0, allow_scalar=True)
     n = len(seeds)
     labels = [lab for lab in interventions for _ in seeds]
     scales = {i * n + j: v for i, v in enumerate(interventions.values()) if v is not None

@@ -35,7 +35,14 @@ from typing import Any
 import numpy as np
 
 from ._blas import single_threaded
-from ._validate import as_bool, as_choice, as_count, as_positive_float, as_real_array
+from ._validate import (
+    as_bool,
+    as_choice,
+    as_count,
+    as_counts,
+    as_positive_float,
+    as_real_array,
+)
 from .lanczos import jacobian_norm
 from .layernorm import layer_norm_jacobian_norm
 from .transformer import as_layers, check_params, init_params
@@ -246,10 +253,7 @@ def input_sensitivity(depths: Any, d: int = 16, *, variant: str, seeds: int = 3,
     Sensitivity
     """
     variant = _check_variant(variant)
-    if isinstance(depths, (str, bytes)) or np.ndim(depths) > 1 or np.size(depths) == 0:
-        raise TypeError(f"depths must be an int or a non-empty sequence of ints; got {depths!r}")
-    depths = np.array([as_count(L, f"depths[{i}]", 1, 1000)
-                       for i, L in enumerate(np.atleast_1d(depths).tolist())])
+    depths = np.array(as_counts(depths, "depths", 1, 1000, allow_scalar=True))
     d = as_count(d, "d", 3, 4096)
     seeds = as_count(seeds, "seeds", 1, 10**4)
     n_tokens = as_count(n_tokens, "n_tokens", 1, 4096)

@@ -45,10 +45,11 @@ estimated.
 - The one rounding that no method avoids is that of the shifted logits
   :math:`(z - \max z)/\tau`, which perturbs each :math:`p_i` by a relative
   :math:`\varepsilon\,|z_i - \max z|/\tau`; after it, results are accurate to
-  a few units in the last place. Only a Jacobian entry or norm that exceeds
-  the float range (possible for :math:`\tau \lesssim 10^{-308}`, as the norm
-  can reach :math:`1/(2\tau)`) overflows to ``inf``, with numpy's
-  ``RuntimeWarning``.
+  a few units in the last place. A Jacobian entry or norm that exceeds the
+  float range (possible for :math:`\tau \lesssim 10^{-308}`, as the norm can
+  reach :math:`1/(2\tau)`) raises ``OverflowError``
+  (:class:`~lipattn._validate.ResultOverflowError`) naming ``temperature``:
+  never a silent ``inf``.
 - :func:`entropy` is the Shannon entropy in nats, with :math:`0 \log 0 = 0`.
 """
 
@@ -59,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_positive_float, as_real_array, check_unmasked
+from ._validate import as_positive_float, as_real_array, check_unmasked, finite_result
 
 __all__ = ["softmax", "softmax_jacobian", "softmax_jacobian_norm", "entropy"]
 
@@ -209,10 +210,13 @@ def softmax_jacobian(z: Any, temperature: float = 1.0) -> np.ndarray:
         If ``z`` is not a non-empty real array of finite or -inf entries
         with a finite entry in every row, or ``temperature`` is not
         a finite positive number.
+    OverflowError
+        If an entry :math:`p_i(1 - p_i)/\tau` exceeds the float64 range (only
+        for :math:`\tau \lesssim 10^{-308}`).
     """
     z = check_unmasked(as_real_array(z, "z", allow_masked=True), "z")
     tau = as_positive_float(temperature, "temperature")
-    with np.errstate(under="ignore"):
+    with np.errstate(under="ignore", over="ignore"):  # overflow: checked below
         _, w, top, rest, total = _weights(z, tau)
         p = w / total[..., None]
         jac = -p[..., :, None] * p[..., None, :]
@@ -220,7 +224,8 @@ def softmax_jacobian(z: Any, temperature: float = 1.0) -> np.ndarray:
         jac[..., idx, idx] = p * _one_minus_p(p, top, rest, total)
         jac /= tau
         jac += 0.0  # masked rows and columns: -0.0 becomes 0.0
-    return jac
+    return finite_result(jac, "temperature (with z)", "Jacobian entries p_i (1 - p_i) / "
+                         "temperature")
 
 
 def _secular_lambda_max(d: np.ndarray, total: np.ndarray) -> np.ndarray:
@@ -352,6 +357,9 @@ def softmax_jacobian_norm(z: Any, ord: float = 2, temperature: float = 1.0) -> n
         If ``z`` is not a non-empty real array of finite or -inf entries
         with a finite entry in every row, ``ord`` is not 2 or
         ``numpy.inf``, or ``temperature`` is not a finite positive number.
+    OverflowError
+        If the norm exceeds the float64 range (only for
+        :math:`\tau \lesssim 10^{-308}`).
     """
     z = check_unmasked(as_real_array(z, "z", allow_masked=True), "z")
     order = _check_ord(ord)
@@ -365,9 +373,16 @@ def softmax_jacobian_norm(z: Any, ord: float = 2, temperature: float = 1.0) -> n
         if order == np.inf:
             p = w / total[..., None]
             q = _one_minus_p(p, top, rest, total)
-            return np.asarray(np.max(2.0 * p * q, axis=-1) / tau)
+            with np.errstate(over="ignore"):  # checked below
+                return _norm_result(np.max(2.0 * p * q, axis=-1) / tau)
         lam = _secular_lambda_max(d.reshape(-1, n), total.reshape(-1))
-    return np.asarray(lam.reshape(batch) / tau)
+    with np.errstate(over="ignore"):
+        return _norm_result(lam.reshape(batch) / tau)
+
+
+def _norm_result(norm: np.ndarray) -> np.ndarray:
+    return np.asarray(finite_result(norm, "temperature (with z)",
+                                    "a Jacobian norm (at most 1 / temperature)"))
 
 
 def entropy(p: Any, axis: int = -1) -> np.ndarray:

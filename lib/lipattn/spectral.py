@@ -27,8 +27,10 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator, aslinearoperator, svds
 
 from ._validate import (
+    ResultOverflowError,
     as_bool,
     as_count,
+    as_counts,
     as_int_at_least,
     as_positive_float,
     as_real_array,
@@ -48,6 +50,10 @@ __all__ = [
 
 #: Arrays with at most this many entries get a dense SVD in :func:`spectral_norm`.
 DENSE_MAX_ENTRIES = 250_000
+
+#: Largest number of power-iteration steps in one call (and of steps * iters in
+#: :func:`track_drift`): each step is a Python-level loop iteration.
+MAX_ITERS = 10_000
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,8 @@ def _unit(x: np.ndarray, name: str) -> tuple[np.ndarray, float]:
     if nrm == 0.0:
         return x, 0.0
     if not np.isfinite(nrm):
-        raise ValueError(f"A must have a representable norm; ||{name}|| overflows float64")
+        raise ResultOverflowError(f"A must have a representable norm; ||{name}|| overflows "
+                                  "float64")
     m = scale_of(x)
     return (x / m) / (nrm / m), nrm  # exact scaling first, so no subnormal loss
 
@@ -113,7 +120,8 @@ def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0, *,
     A : array_like, shape (m, n), or scipy.sparse.linalg.LinearOperator
         Finite.
     iters : int
-        Number of steps, at least 1.
+        Number of steps, from 1 to :data:`MAX_ITERS` (a Python loop: beyond it a
+        call would run for minutes).
     u0 : array_like, shape (m,), optional
         Starting left vector (any non-zero finite vector; it is normalised).
         Default: a standard normal vector from ``numpy.random.default_rng(seed)``.
@@ -136,7 +144,7 @@ def power_iteration(A: Any, iters: int, u0: Any = None, seed: int = 0, *,
     1e200 for entries of order 1).
     """
     op, _ = _as_operator(A)
-    iters = as_count(iters, "iters", 1)
+    iters = as_count(iters, "iters", 1, MAX_ITERS)
     seed = as_seed(seed)
     m, n = op.shape
     if u0 is None:
@@ -231,8 +239,8 @@ def _rescaled(s: float, c: float) -> float:
     """``s * c``, or a clear error where that overflows float64."""
     out = s * c
     if not np.isfinite(out):
-        raise ValueError("A must have a spectral norm representable in float64; "
-                         f"got sigma_1 = {s!r} * {c!r}, which overflows")
+        raise ResultOverflowError("A must have a spectral norm representable in float64; "
+                                  f"got sigma_1 = {s!r} * {c!r}, which overflows")
     return out
 
 
@@ -315,9 +323,13 @@ def predicted_error(
     if s2 > s1:
         raise ValueError(f"sigma_2 must be at most sigma_1 = {s1!r}; got {sigma_2!r}")
     t = as_positive_float(tan_theta, "tan_theta", allow_zero=True)
-    k = np.asarray(k)
-    if k.dtype == bool or not np.issubdtype(k.dtype, np.integer) or np.any(k < 1):
-        raise ValueError(f"k must be integers >= 1; got {k!r}")
+    if isinstance(k, np.ndarray) and k.ndim > 1:
+        if k.dtype == bool or not np.issubdtype(k.dtype, np.integer) or np.any(k < 1):
+            raise ValueError(f"k must be integers >= 1; got {k!r}")
+    else:
+        scalar = not isinstance(k, (list, tuple, np.ndarray))
+        k = np.asarray(as_counts(k, "k", 1, None, allow_scalar=True))
+        k = k[0] if scalar else k
     rho = s2 / s1
     # t^2 rho^(4k-2) in logs, so that huge t and tiny rho stay finite
     with np.errstate(divide="ignore"):
@@ -341,7 +353,8 @@ def steps_to_tolerance(sigma: Any, exact: float, rtol: float) -> int | None:
     sig = as_real_array(sigma, "sigma", ndim=1)
     exact = as_positive_float(exact, "exact")
     rtol = as_positive_float(rtol, "rtol")
-    hit = np.nonzero(1 - sig / exact <= rtol)[0]
+    with np.errstate(over="ignore"):  # 1 - s / e <= rtol, without dividing by a tiny e
+        hit = np.nonzero(sig >= exact * (1.0 - rtol))[0]
     return int(hit[0]) + 1 if hit.size else None
 
 
@@ -479,8 +492,9 @@ def track_drift(
     Parameters
     ----------
     W0 : array_like, shape (m, n)
+        Finite and not all zero.
     steps : int
-        At least 1.
+        At least 1; ``steps * iters`` at most :data:`MAX_ITERS`.
     drift : float
         :math:`\eta \ge 0`.
     persistent : bool
@@ -494,10 +508,17 @@ def track_drift(
     Tracking
     """
     W = as_real_array(W0, "W0", ndim=2).copy()
-    steps = as_count(steps, "steps", 1)
+    if not np.any(W):
+        raise ValueError("W0 must be a non-zero matrix: the walk's steps are proportional to "
+                         "||W0||_F, so W0 = 0 stays 0 and its relative underestimate "
+                         "1 - sigma_hat / sigma is undefined (0 / 0)")
+    steps = as_count(steps, "steps", 1, MAX_ITERS // 10)
     drift = as_positive_float(drift, "drift", allow_zero=True)
     persistent = as_bool(persistent, "persistent")
-    iters = as_count(iters, "iters", 1)
+    iters = as_count(iters, "iters", 1, MAX_ITERS // 10)
+    if steps * iters > MAX_ITERS:
+        raise ValueError(f"steps * iters must be at most {MAX_ITERS} (a Python loop: time); "
+                         f"got steps = {steps}, iters = {iters}")
     seed = as_seed(seed)
     m, n = W.shape
     walk = np.random.default_rng(seed)
@@ -549,8 +570,8 @@ def _times(values: Any, scale: list[float]) -> Any:
     f = safe_product(*scale, name="weights", what="Jacobian norms")
     out = np.asarray(values) * f if f else np.zeros_like(values)
     if not np.all(np.isfinite(out)):
-        raise ValueError("weights must give Jacobian norms representable in float64; "
-                         "they overflow")
+        raise ResultOverflowError("weights must give Jacobian norms representable in "
+                                  "float64; they overflow")
     return out
 
 
@@ -661,12 +682,8 @@ def entropy_floor(T: int, s: Any) -> np.ndarray:
     ndarray, shape of ``s`` (0-d for a scalar), in nats
     """
     T = as_int_at_least(T, "T", 2)
-    s_arr = np.asarray(s)
-    if s_arr.dtype == bool or not (np.issubdtype(s_arr.dtype, np.integer)
-                                   or np.issubdtype(s_arr.dtype, np.floating)):
-        raise TypeError(f"s must be a finite non-negative real array; got dtype {s_arr.dtype}")
-    s_arr = s_arr.astype(float)
-    if not np.all(np.isfinite(s_arr)) or np.any(s_arr < 0):
+    s_arr = as_real_array(s, "s", min_ndim=0, last_axis_min=0)
+    if np.any(s_arr < 0):
         raise ValueError(f"s must be finite and non-negative; got {s!r}")
     alpha = s_arr * np.sqrt(T / (T - 1))
     beta = np.exp(-alpha)

@@ -44,8 +44,14 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_positive_float, as_real_array
-from .attention import as_mask
+from ._validate import (
+    as_int_at_least,
+    as_positive_float,
+    as_real_array,
+    as_real_float,
+    safe_product,
+)
+from .attention import as_mask, check_attention_args
 from .lanczos import LipschitzEstimate
 from .layers import (
     LayerNorm,
@@ -130,6 +136,8 @@ class StabilisedAttention:
         self.qk_norm, self.qk_norm_over, self.scale = qk_norm, qk_norm_over, scale
         self.qk_norm_eps = as_positive_float(qk_norm_eps, "qk_norm_eps")
         self.softcap = None if softcap is None else as_positive_float(softcap, "softcap")
+        if mask is not None:  # its type and form now; its size against N at each forward pass
+            as_mask(mask, np.shape(mask)[0] if np.ndim(mask) == 2 else 1)
         self.mask = mask
         width = self.head_dim if qk_norm_over == "head" else self.W_Q.shape[1]
         self._norm = _unit_norm(qk_norm, width, self.qk_norm_eps)
@@ -248,9 +256,7 @@ def sigma_reparam(W: Any, gamma: float = 1.0) -> np.ndarray:
         For a non-finite or zero W, or a non-finite gamma.
     """
     W = as_real_array(W, "W", ndim=2)
-    gamma = float(gamma)
-    if not math.isfinite(gamma):
-        raise ValueError(f"gamma must be finite; got {gamma}")
+    gamma = as_real_float(gamma, "gamma")
     sigma = float(np.linalg.norm(W, 2))
     if sigma == 0.0:
         raise ValueError("W must be non-zero (its spectral norm is 0)")
@@ -272,14 +278,19 @@ def qk_norm_ball_bound(R: float, N: int, W_Q: Any, W_K: Any, W_V: Any, eps: floa
     :math:`\sqrt h`, which this function does not include. Linear in R:
     QK-norm removes the :math:`R^2` of dot-product attention but not the
     growth.
+
+    Raises ``OverflowError`` (:class:`~lipattn._validate.ResultOverflowError`)
+    where the bound exceeds float64.
     """
     R = as_positive_float(R, "R", allow_zero=True)
     eps = as_positive_float(eps, "eps")
-    if not isinstance(N, (int, np.integer)) or N < 1:
-        raise ValueError(f"N must be a positive int; got {N!r}")
-    nQ, nK, nV = (float(np.linalg.norm(as_real_array(W, name, ndim=2), 2))
-                  for W, name in ((W_Q, "W_Q"), (W_K, "W_K"), (W_V, "W_V")))
-    return nV * (math.sqrt(N) + R * math.sqrt(N / 2) * (nQ + nK) / math.sqrt(eps))
+    N = as_int_at_least(N, "N", 1)
+    W_Q = as_real_array(W_Q, "W_Q", ndim=2)
+    _, W_Q, W_K, W_V = check_attention_args(np.zeros((1, W_Q.shape[0])), W_Q, W_K, W_V)
+    nQ, nK, nV = (float(np.linalg.norm(W, 2)) for W in (W_Q, W_K, W_V))
+    inner = math.sqrt(N) + safe_product(R, math.sqrt(N / 2), nQ + nK, 1 / math.sqrt(eps),
+                                        name="R, W_Q, W_K and eps", what="a bound")
+    return safe_product(nV, inner, name="R, W_Q, W_K, W_V and eps", what="a bound")
 
 
 def qk_norm_two_sided_lower(t: float, eps: float) -> float:
@@ -288,7 +299,12 @@ def qk_norm_two_sided_lower(t: float, eps: float) -> float:
     :math:`\frac{2t^2}{3\sqrt{2\varepsilon}\sqrt{t^2/2 + \varepsilon}} + \frac13`, at least
     :math:`2t/(3\sqrt\varepsilon)` for every t and asymptotic to it (the book's
     Chapter 7 proves both).
+
+    Computed without squaring t; ``OverflowError`` where the bound exceeds float64.
     """
     t = as_positive_float(t, "t", allow_zero=True)
     eps = as_positive_float(eps, "eps")
-    return 2 * t * t / (3 * math.sqrt(2 * eps) * math.sqrt(t * t / 2 + eps)) + 1 / 3
+    # t / sqrt(t^2/2 + eps) = 1 / sqrt(1/2 + eps/t^2) for t >= 1: no square overflows
+    ratio = t / math.hypot(t / math.sqrt(2), math.sqrt(eps))
+    return safe_product(2 * t / 3, ratio, 1 / math.sqrt(2 * eps), name="t and eps",
+                        what="a lower bound") + 1 / 3
