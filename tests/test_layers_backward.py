@@ -118,6 +118,7 @@ def _gated_params(rng, pre=""):
 # (name, factory(params) -> layer, params(rng))
 CASES = [
     ("layernorm", lambda p: LayerNorm(p["g"], p["b"], 1e-5), _ln_params),
+    ("layernorm-plain", lambda p: LayerNorm(None, None, 1e-5), lambda r: {}),
     ("rmsnorm", lambda p: RMSNorm(p["g"], 1e-6), lambda r: {"g": 1 + r.standard_normal(D) / 3}),
     *[(f"mlp-{act}", lambda p, act=act: MLP(p["W_1"], p["b_1"], p["W_2"], p["b_2"], act=act),
        _mlp_params) for act in ("relu", "gelu_new", "silu")],
@@ -275,5 +276,9 @@ def test_sequential_names_and_errors():
     with pytest.raises(ValueError, match=r"LayerNorm\.forward's X must be an ndarray of shape "
                                          r"\(\.\.\., N, 4\)"):
         ln.forward(np.zeros(4))
+    with pytest.raises(ValueError, match="g and b must both be arrays or both be None"):
+        LayerNorm(np.ones(4), None, 1e-5)
+    with pytest.raises(ValueError, match=r"shape \(\.\.\., N, 2\)"):
+        LayerNorm(None, None, 1e-5).forward(np.ones((3, 1)))
     with pytest.raises(TypeError, match="q_norm must be None or a norm layer"):
         MultiHeadAttention(*(np.eye(4) for _ in range(3)), q_norm="yes")

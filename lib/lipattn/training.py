@@ -37,8 +37,10 @@ from .transformer import (
     SETTINGS,
     VARIANTS,
     _attn_logits,
-    _backward,
-    _forward,
+    _model,
+    _run,
+    _run_backward,
+    _settings,
     init_params,
     stack_params,
 )
@@ -325,6 +327,9 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     flags = {"heads": heads} | ({"qk_norm": True} if qk_norm else {})
     params = [flags | {k: theta[("blocks", l_, k)] for k in PARAM_NAMES}
               for l_ in range(layers)]
+    # the encoder's layers hold the views theta[...]: Adam's in-place updates of
+    # ``flat`` update them
+    model, settings = _model(params, variant, copy_transposes=False), _settings(params)
 
     def copy_model():
         return {"blocks": [flags | {k: theta[("blocks", l_, k)].copy() for k in PARAM_NAMES}
@@ -344,7 +349,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         tok = np.stack([data[j][0] for j in runs_of])
         tgt = np.stack([data[j][1] for j in runs_of])
         X = theta[("embed",)][r_idx, tok] + theta[("pos",)][:, None]
-        out, caches, _ = _forward(params, X, variant)
+        out, caches, _ = _run(model, X, variant)
         if t % logit_every == 0:  # read-only: recomputed from the cache
             for l_ in range(layers):
                 S = _attn_logits(caches[0][l_][0])
@@ -362,7 +367,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         gview[("unembed",)][...] = np.swapaxes(out.reshape(R, -1, d), -1, -2) \
             @ dlogits.reshape(R, -1, vocab)
         dout = dlogits @ np.swapaxes(theta[("unembed",)], -1, -2)[:, None]
-        grads, dX, _ = _backward(params, caches, dout, variant)
+        grads, dX, _ = _run_backward(model, caches, dout, variant, settings)
         for l_ in range(layers):
             for k in PARAM_NAMES:
                 gview[("blocks", l_, k)][...] = grads[l_][k]
