@@ -333,3 +333,19 @@ def test_qk_norm_off_is_the_plain_layer_and_bad_flags_raise():
     assert T.stack_params([a, a])[0]["qk_norm"] is True
     attn = T.as_layers(a, "pre").layers[0].layers[0].branch.layers[1]
     assert attn.q_norm is not None and attn.k_norm is not None and attn.q_norm.params == {}
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_pre_ln_is_scale_invariant_at_huge_inputs(qk_norm):
+    """Issue 24: at |X| ~ 1e200 the Pre-LN encoder's output is LN(X) without eps (the
+    sublayers' O(1) outputs vanish beside the stream), to rounding, in every layer path."""
+    params = _generic_params(2, d=6)
+    for p in params:
+        p["qk_norm"] = qk_norm
+    X = np.random.default_rng(9).standard_normal((2, 5, 6))
+    c = X - X.mean(-1, keepdims=True)
+    limit = c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True))
+    for s in (1e30, 1e100, 1e154, 1e160, 1e200, 1e300):
+        Y = T.forward(params, s * X, variant="pre")
+        np.testing.assert_allclose(Y, limit, rtol=0, atol=1e-14, err_msg=f"scale {s}")
+        np.testing.assert_array_equal(T.as_layers(params, "pre").forward(s * X[0])[0], Y[0])
