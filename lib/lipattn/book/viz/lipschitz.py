@@ -22,7 +22,6 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from ..._validate import as_int_at_least, as_positive_float
 from ...attention import attention_matrix
 from ...lipschitz import (
-    SublayerConstants,
     card_bound,
     kim_l2_bound,
     l2_local_lipschitz,
@@ -31,6 +30,7 @@ from ...lipschitz import (
     sink_tokens,
     two_sided_tokens,
 )
+from ...sublayers import SublayerConstants
 from .. import plotting
 from ..widgets import Explorer, Slider, register
 
@@ -243,7 +243,7 @@ def fig_trained(const: dict) -> Figure:
     Parameters
     ----------
     const : dict
-        ``const[variant, state]`` is a :class:`~lipattn.lipschitz.SublayerConstants`
+        ``const[variant, state]`` is a :class:`~lipattn.sublayers.SublayerConstants`
         for ``variant`` in ``("pre", "post")`` and ``state`` in
         ``("init", "trained")``. Lines: medians over the batch; triangles: maxima.
     """
