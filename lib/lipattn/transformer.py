@@ -52,7 +52,7 @@ import numpy as np
 
 from ._validate import as_bool, as_choice, as_count, as_real_array, as_seed, as_step
 from .collapse import relative_residual
-from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential
+from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential, attention_logits
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward", "as_layers",
            "residual_stream", "attention_inputs", "token_diversity", "check_params", "stack_params",
@@ -321,7 +321,7 @@ def _attn_fwd(H, p):
 def _attn_logits(cache):
     """The logits S (..., heads, N, N) of a forward pass, recomputed from its cache."""
     core = cache[1]
-    return (core.Q @ np.swapaxes(core.K, -1, -2)) * core.scale
+    return attention_logits(core.Q, core.K, scale=core.scale)
 
 
 def _finite(arrays, what: str):
@@ -382,7 +382,7 @@ def forward(params: Any, X: Any, *, variant: str) -> np.ndarray:
 
 def backward(params: Any, X: Any, grad_out: Any, *, variant: str
              ) -> tuple[list[dict[str, Any]], np.ndarray]:
-    r"""Gradients of a loss :math:`\ell(\text{forward}(X))` by a hand-written backward pass.
+    r"""Gradients of a loss :math:`\ell(\text{forward}(X))`, by the layers' ``backward``.
 
     Parameters
     ----------
