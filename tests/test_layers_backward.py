@@ -6,7 +6,8 @@ QK-norms) and for :class:`Sequential` / :class:`Residual` chains of them:
 
 - ``backward``'s parameter gradients against dense central differences of
   :math:`\langle G, f_\theta(X)\rangle` in every entry of every parameter, and
-  its ``dX`` against ``vjp`` and against central differences in X;
+  its ``dX`` against ``vjp`` and against central differences in X (and ``jvp`` as
+  its adjoint);
 - ``params`` holds the arrays themselves (perturbing them in place changes the
   layer) under the names of ``grads``, with the same shapes;
 - batched runs -- parameters (R, 1, ...) against X (R, B, N, d) -- against a
@@ -185,6 +186,8 @@ def test_backward_matches_central_differences_in_every_parameter_and_input(name,
         Xm[idx] -= h
         fd[idx] = (_pairing(layer, Xp, G) - _pairing(layer, Xm, G)) / (2 * h)
     np.testing.assert_allclose(dX, fd, rtol=1e-6, atol=1e-6 * max(1, np.abs(fd).max()))
+    E = rng.standard_normal(X.shape)          # jvp is the adjoint of the checked vjp
+    assert np.sum(layer.jvp(state, E) * G) == pytest.approx(np.sum(E * dX), rel=1e-12)
 
 
 def _extra(k, ndim):
