@@ -6,7 +6,8 @@ QK-norms) and for :class:`Sequential` / :class:`Residual` chains of them:
 
 - ``backward``'s parameter gradients against dense central differences of
   :math:`\langle G, f_\theta(X)\rangle` in every entry of every parameter, and
-  its ``dX`` against ``vjp`` and against central differences in X;
+  its ``dX`` against ``vjp`` and against central differences in X (and ``jvp`` as
+  its adjoint);
 - ``params`` holds the arrays themselves (perturbing them in place changes the
   layer) under the names of ``grads``, with the same shapes;
 - batched runs -- parameters (R, 1, ...) against X (R, B, N, d) -- against a
@@ -118,6 +119,7 @@ def _gated_params(rng, pre=""):
 # (name, factory(params) -> layer, params(rng))
 CASES = [
     ("layernorm", lambda p: LayerNorm(p["g"], p["b"], 1e-5), _ln_params),
+    ("layernorm-plain", lambda p: LayerNorm(None, None, 1e-5), lambda r: {}),
     ("rmsnorm", lambda p: RMSNorm(p["g"], 1e-6), lambda r: {"g": 1 + r.standard_normal(D) / 3}),
     *[(f"mlp-{act}", lambda p, act=act: MLP(p["W_1"], p["b_1"], p["W_2"], p["b_2"], act=act),
        _mlp_params) for act in ("relu", "gelu_new", "silu")],
@@ -184,6 +186,8 @@ def test_backward_matches_central_differences_in_every_parameter_and_input(name,
         Xm[idx] -= h
         fd[idx] = (_pairing(layer, Xp, G) - _pairing(layer, Xm, G)) / (2 * h)
     np.testing.assert_allclose(dX, fd, rtol=1e-6, atol=1e-6 * max(1, np.abs(fd).max()))
+    E = rng.standard_normal(X.shape)          # jvp is the adjoint of the checked vjp
+    assert np.sum(layer.jvp(state, E) * G) == pytest.approx(np.sum(E * dX), rel=1e-12)
 
 
 def _extra(k, ndim):
@@ -275,5 +279,9 @@ def test_sequential_names_and_errors():
     with pytest.raises(ValueError, match=r"LayerNorm\.forward's X must be an ndarray of shape "
                                          r"\(\.\.\., N, 4\)"):
         ln.forward(np.zeros(4))
+    with pytest.raises(ValueError, match="g and b must both be arrays or both be None"):
+        LayerNorm(np.ones(4), None, 1e-5)
+    with pytest.raises(ValueError, match=r"shape \(\.\.\., N, 2\)"):
+        LayerNorm(None, None, 1e-5).forward(np.ones((3, 1)))
     with pytest.raises(TypeError, match="q_norm must be None or a norm layer"):
         MultiHeadAttention(*(np.eye(4) for _ in range(3)), q_norm="yes")

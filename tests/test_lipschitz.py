@@ -32,10 +32,10 @@ from lipattn.lipschitz import (
     local_lipschitz_bound,
     local_lipschitz_info,
     sink_tokens,
-    sublayer_constants,
     two_sided_tokens,
 )
 from lipattn.spectral import power_iteration, spectral_norm
+from lipattn.sublayers import sublayer_constants
 from lipattn.transformer import attention_inputs, init_params
 
 I2 = np.eye(2)
@@ -361,16 +361,7 @@ def test_sublayer_constants_bad_input():
         sublayer_constants("params", X, variant="pre")
 
 
-# -- re-exports and bad input -------------------------------------------------
-def test_names_are_reexported_from_attention():
-    for name in ("attention_jacobian", "attention_jvp", "attention_vjp", "local_lipschitz",
-                 "local_lipschitz_bound", "card_bound", "l2_self_attention",
-                 "l2_local_lipschitz"):
-        assert getattr(attention, name) is getattr(lipschitz, name)
-    with pytest.raises(AttributeError):
-        attention.no_such_name  # noqa: B018
-
-
+# -- bad input -----------------------------------------------------------------
 @pytest.mark.parametrize("func", [attention_jacobian, local_lipschitz, local_lipschitz_bound,
                                   card_bound])
 def test_bad_input_dot_product(func):
@@ -575,6 +566,6 @@ def test_sublayer_constants_names_input_scale():
     p = init_params(1, 4, seed=0)
     X = np.random.default_rng(1).standard_normal((2, 4))
     with pytest.raises(ValueError, match="^input_scale must keep the attention logits"):
-        lipschitz.sublayer_constants(p, X, variant="post", input_scale=1e200)
+        sublayer_constants(p, X, variant="post", input_scale=1e200)
     with pytest.raises(ValueError, match="^tol must"):
-        lipschitz.sublayer_constants(p, X, variant="pre", tol=1e300)
+        sublayer_constants(p, X, variant="pre", tol=1e300)

@@ -34,6 +34,7 @@ from lipattn import (
     scaling,
     sensitivity,
     spectral,
+    sublayers,
     training,
     transformer,
 )
@@ -141,7 +142,7 @@ CASES = {
     "l2_local_lipschitz": (lipschitz.l2_local_lipschitz,
                            {"X": X, "W_Q": W_Q, "W_V": W_V, "tol": 1e-10},
                            {"X": "array", "W_V": "array", "tol": "tol"}),
-    "sublayer_constants": (lipschitz.sublayer_constants,
+    "sublayer_constants": (sublayers.sublayer_constants,
                            {"params": PARAMS, "X": X, "variant": "pre", "tol": 1e-8},
                            {"X": "array", "variant": "choice", "tol": "tol",
                             "input_scale": "positive"}),

@@ -234,16 +234,29 @@ def test_overflow_is_a_clear_error_not_a_warning(variant):
 
 @pytest.mark.parametrize("variant", ["post", "pre"])
 @pytest.mark.parametrize("heads", [1, 2])
-def test_as_layers_forward_equals_forward_and_its_vjp_equals_backward(variant, heads):
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_as_layers_forward_equals_forward_and_its_backward_equals_backward(variant, heads,
+                                                                           qk_norm):
+    """The encoder is the stack of layers: the same values, up to the copies of the
+    transposes that as_layers keeps for many products (rounding only)."""
     params = _generic_params(heads, layers=3)
+    for p in params:
+        p["qk_norm"] = qk_norm
     rng = np.random.default_rng(4)
     X, G = 2 * rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
     stack = T.as_layers(params, variant)
     Y, state = stack.forward(X)
     np.testing.assert_allclose(Y, T.forward(params, X, variant=variant), rtol=1e-12,
                                atol=1e-13)
-    np.testing.assert_allclose(stack.vjp(state, G), T.backward(params, X, G, variant=variant)[1],
-                               rtol=1e-11, atol=1e-12)
+    grads, gX = T.backward(params, X, G, variant=variant)
+    np.testing.assert_allclose(stack.vjp(state, G), gX, rtol=1e-11, atol=1e-12)
+    dX, named = stack.backward(state, G)
+    np.testing.assert_allclose(dX, gX, rtol=1e-11, atol=1e-12)
+    assert len(named) == 13 * len(params)          # the QK-norms have no parameters
+    for key, g in named.items():
+        layer, name = int(key.split(".")[0]), T._param_name(key)
+        np.testing.assert_allclose(g, grads[layer][name], rtol=1e-11, atol=1e-12, err_msg=key)
+        assert stack.params[key] is params[layer][name]
     no_final = T.as_layers(params, variant, final_norm=False)
     assert len(no_final.layers) == 3 and len(stack.layers) == 3 + (variant == "pre")
     np.testing.assert_allclose(no_final.forward(X)[0],
@@ -318,5 +331,21 @@ def test_qk_norm_off_is_the_plain_layer_and_bad_flags_raise():
     with pytest.raises(ValueError, match="same qk_norm"):
         T.stack_params([a, b])
     assert T.stack_params([a, a])[0]["qk_norm"] is True
-    with pytest.raises(ValueError, match="qk_norm"):
-        T.as_layers(a, "pre")
+    attn = T.as_layers(a, "pre").layers[0].layers[0].branch.layers[1]
+    assert attn.q_norm is not None and attn.k_norm is not None and attn.q_norm.params == {}
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_pre_ln_is_scale_invariant_at_huge_inputs(qk_norm):
+    """Issue 24: at |X| ~ 1e200 the Pre-LN encoder's output is LN(X) without eps (the
+    sublayers' O(1) outputs vanish beside the stream), to rounding, in every layer path."""
+    params = _generic_params(2, d=6)
+    for p in params:
+        p["qk_norm"] = qk_norm
+    X = np.random.default_rng(9).standard_normal((2, 5, 6))
+    c = X - X.mean(-1, keepdims=True)
+    limit = c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True))
+    for s in (1e30, 1e100, 1e154, 1e160, 1e200, 1e300):
+        Y = T.forward(params, s * X, variant="pre")
+        np.testing.assert_allclose(Y, limit, rtol=0, atol=1e-14, err_msg=f"scale {s}")
+        np.testing.assert_array_equal(T.as_layers(params, "pre").forward(s * X[0])[0], Y[0])

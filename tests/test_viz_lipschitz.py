@@ -110,7 +110,7 @@ def test_figures_and_tables():
 
 
 def test_fig_trained_plots_medians_and_maxima_of_every_series():
-    from lipattn.lipschitz import sublayer_constants
+    from lipattn.sublayers import sublayer_constants
     from lipattn.transformer import init_params
 
     params = init_params(3, 4, d_ff=6, seed=0)

@@ -12,13 +12,15 @@ The mathematics, one module per concept:
   its jvp and vjp (:func:`lipattn.jacobian_norm`), with a convergence certificate;
 - :mod:`lipattn.lipschitz` -- the attention Jacobian, exact local Lipschitz constants, bounds;
 - :mod:`lipattn.layers` -- the layers of real Transformers (masked multi-head attention with
-  biases, grouped-query heads and RoPE; LayerNorm, RMSNorm; the GPT-2 and gated MLPs), each
-  with its forward pass, jvp and vjp;
+  biases, grouped-query heads, RoPE and QK-norms; LayerNorm, RMSNorm; the GPT-2 and gated
+  MLPs), each with its forward pass, jvp, vjp and parameter gradients, batched;
 - :mod:`lipattn.models` -- GPT-2 and Llama from Hugging Face state dicts: forward passes and
   exact local constants of stacks, blocks, sublayers and heads;
 - :mod:`lipattn.layernorm`, :mod:`lipattn.transformer`, :mod:`lipattn.training`,
-  :mod:`lipattn.prenorm` -- LayerNorm's Jacobian, a numpy Post-/Pre-LN encoder
-  with a hand-written backward, Adam on sequence reversal, and the experiments;
+  :mod:`lipattn.prenorm`, :mod:`lipattn.sublayers` -- LayerNorm's Jacobian, the book's
+  Post-/Pre-LN encoder (a stack of :mod:`lipattn.layers`), Adam through the layers'
+  backward (sequence reversal, any stack), the experiments, and the exact constants of
+  the encoder's attention sublayers;
 - :mod:`lipattn.sensitivity` -- input sensitivity of deep stacks: end-to-end vs per-layer Jacobians;
 
 The package's layout follows the architecture: the mathematics above (one module

@@ -22,6 +22,10 @@ any finite size are handled without overflow.
 
 ``vec`` is row-major throughout the book: a perturbation ``E`` of shape
 ``(N, d)`` is flattened as ``E.reshape(-1)``.
+
+The Jacobian, exact local Lipschitz constants, bounds and L2 attention are in
+:mod:`lipattn.lipschitz`, which builds on this module (this module imports only
+the softmax).
 """
 
 from __future__ import annotations
@@ -278,21 +282,3 @@ def self_attention(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, mask: Any = None) ->
         Y = (P @ ((X / a) @ (W_V / v))) * a * v
     return finite_result(Y, "X and W_V", "an output P X W_V")
 
-
-
-# The Jacobian, exact local Lipschitz constants, bounds and L2 attention live
-# in lipattn.lipschitz (which imports this module); their names are
-# re-exported here lazily (PEP 562), so that either module can be imported first.
-_FROM_LIPSCHITZ = (
-    "attention_jacobian", "attention_jvp", "attention_vjp", "local_lipschitz",
-    "local_lipschitz_bound", "card_bound", "l2_self_attention", "l2_local_lipschitz",
-)
-__all__ += list(_FROM_LIPSCHITZ)
-
-
-def __getattr__(name: str):
-    if name in _FROM_LIPSCHITZ:
-        from . import lipschitz
-
-        return getattr(lipschitz, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,6 +17,11 @@ Adam (:cite:t:`kingma2015adam`) with :math:`(\beta_1, \beta_2) = (0.9, 0.98)`
 and :math:`\epsilon = 10^{-9}` as in :cite:t:`vaswani2017attention`, and a
 learning rate that rises linearly over ``warmup`` steps and then stays
 constant (``warmup = 0``: constant from the first step).
+
+The encoder is a stack of :mod:`lipattn.layers` (:func:`lipattn.transformer.as_layers`),
+trained through the layers' ``backward``. :func:`train_stack` trains any such
+stack -- a GPT-2- or Llama-layout :class:`~lipattn.layers.Sequential` too -- with
+the same Adam step (:func:`adam_step`, :class:`Adam`).
 """
 
 from __future__ import annotations
@@ -37,14 +42,16 @@ from .transformer import (
     SETTINGS,
     VARIANTS,
     _attn_logits,
-    _backward,
-    _forward,
+    _model,
+    _run,
+    _run_backward,
+    _settings,
     init_params,
     stack_params,
 )
 
 __all__ = ["TrainResult", "init_model", "reversal_batch", "train_reversal",
-           "train_model", "model_forward"]
+           "train_model", "model_forward", "adam_step", "Adam", "train_stack"]
 
 
 @dataclass
@@ -122,6 +129,122 @@ class TrainResult:
         return {"blocks": blocks, "embed": model["embed"][i],
                 "pos": model["pos"][i], "unembed": model["unembed"][i],
                 "variant": self.variant}
+
+
+def adam_step(m1: np.ndarray, m2: np.ndarray, g: np.ndarray, t: int, b1: float, b2: float,
+              rate: Any) -> np.ndarray:
+    r"""One Adam step (:cite:t:`kingma2015adam`) with bias correction, for the
+    gradient ``g`` at step ``t`` (from 0); updates the moments ``m1``, ``m2`` in place.
+
+    :math:`m_1 \leftarrow \beta_1 m_1 + (1 - \beta_1) g`, :math:`m_2 \leftarrow
+    \beta_2 m_2 + (1 - \beta_2) g^2`, and the step is :math:`\text{rate} \cdot
+    \hat m_1/(\sqrt{\hat m_2} + 10^{-9})` with :math:`\hat m_i = m_i/(1 - \beta_i^{t+1})`
+    (:math:`\epsilon = 10^{-9}` in the arrays' dtype). ``rate`` broadcasts against
+    ``g`` (one rate per run for :func:`train_reversal`). Not validated (the callers
+    validate). Returns the step, to be subtracted from the parameters.
+    """
+    m1 *= b1
+    m1 += (1 - b1) * g
+    m2 *= b2
+    m2 += (1 - b2) * g * g
+    step = (m1 / (1 - b1 ** (t + 1))) / (np.sqrt(m2 / (1 - b2 ** (t + 1))) + m2.dtype.type(1e-9))
+    step *= rate
+    return step
+
+
+class Adam:
+    """Adam on a dict of parameter arrays, updated in place (e.g. a layer's ``params``).
+
+    Parameters
+    ----------
+    params : dict of str -> ndarray
+        The arrays themselves (a layer's ``params``: updating them updates the layer).
+    lr : float
+        Peak learning rate, in (0, 1].
+    warmup : int, default 0
+        Linear warm-up length in steps (0: constant from the first step).
+    betas : (float, float), default (0.9, 0.98)
+
+    :meth:`step` applies one update of the :func:`adam_step` rule for a dict of
+    gradients with the same keys and shapes.
+    """
+
+    def __init__(self, params: dict[str, np.ndarray], lr: float, *, warmup: int = 0,
+                 betas: tuple[float, float] = (0.9, 0.98)) -> None:
+        if not isinstance(params, dict) or not params or not all(
+                isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating)
+                for v in params.values()):
+            raise TypeError("params must be a non-empty dict of float arrays (a layer's "
+                            f"params); got {type(params).__name__}")
+        self.params = params
+        self.lr = as_float_in(lr, "lr", 0.0, 1.0, lo_open=True)
+        self.warmup = as_count(warmup, "warmup", 0)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"betas must be a pair (beta_1, beta_2) of reals in [0, 1); got "
+                            f"{betas!r}")
+        self.b1, self.b2 = (as_float_in(b, f"betas[{i}]", 0.0, 1.0, hi_open=True)
+                            for i, b in enumerate(betas))
+        self.m1 = {k: np.zeros_like(v) for k, v in params.items()}
+        self.m2 = {k: np.zeros_like(v) for k, v in params.items()}
+        self.t = 0
+
+    def step(self, grads: dict[str, np.ndarray]) -> None:
+        if set(grads) != set(self.params):
+            raise ValueError(f"grads must have the keys of params; missing "
+                             f"{sorted(set(self.params) - set(grads))}, extra "
+                             f"{sorted(set(grads) - set(self.params))}")
+        t = self.t
+        rate = self.lr * (min(1.0, (t + 1) / self.warmup) if self.warmup else 1.0)
+        for k, p in self.params.items():
+            g = grads[k]
+            if np.shape(g) != p.shape:
+                raise ValueError(f"grads[{k!r}] must have the parameter's shape {p.shape}; "
+                                 f"got {np.shape(g)}")
+            p -= adam_step(self.m1[k], self.m2[k], g.astype(p.dtype, copy=False), t, self.b1,
+                           self.b2, p.dtype.type(rate))
+        self.t += 1
+
+
+def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr: float,
+                warmup: int = 0, betas: tuple[float, float] = (0.9, 0.98)) -> np.ndarray:
+    r"""Train any stack of :mod:`lipattn.layers` (the book's encoder from
+    :func:`lipattn.transformer.as_layers`, a GPT-2- or Llama-layout
+    :class:`~lipattn.layers.Sequential`, ...) with :class:`Adam`, through the
+    layers' ``backward``.
+
+    Parameters
+    ----------
+    stack : layer
+        With ``forward``, ``backward`` and ``params`` (updated in place).
+    batches : callable
+        ``batches(t) -> (X, target)`` for step ``t``; X of shape (..., N, d).
+    loss : callable
+        ``loss(Y, target) -> (value, dY)``: the loss at the stack's output Y and
+        its gradient :math:`\partial\ell/\partial Y`.
+    steps : int
+    lr, warmup, betas
+        As in :class:`Adam`.
+
+    Returns
+    -------
+    losses : ndarray, shape (steps,)
+        The loss of each step's batch, before that step's update.
+    """
+    for m in ("forward", "backward"):
+        if not callable(getattr(stack, m, None)):
+            raise TypeError(f"stack must be a layer with forward, backward and params; got "
+                            f"{type(stack).__name__} without {m}")
+    if not callable(batches) or not callable(loss):
+        raise TypeError("batches and loss must be callables (see the docstring)")
+    steps = as_count(steps, "steps", 1)
+    opt = Adam(stack.params, lr, warmup=warmup, betas=betas)
+    losses = np.zeros(steps)
+    for t in range(steps):
+        X, target = batches(t)
+        Y, state = stack.forward(X)
+        losses[t], dY = loss(Y, target)
+        opt.step(stack.backward(state, dY)[1])
+    return losses
 
 
 def reversal_batch(rng: np.random.Generator, batch: int, n_tokens: int, vocab: int
@@ -325,6 +448,9 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
     flags = {"heads": heads} | ({"qk_norm": True} if qk_norm else {})
     params = [flags | {k: theta[("blocks", l_, k)] for k in PARAM_NAMES}
               for l_ in range(layers)]
+    # the encoder's layers hold the views theta[...]: Adam's in-place updates of
+    # ``flat`` update them
+    model, settings = _model(params, variant, copy_transposes=False), _settings(params)
 
     def copy_model():
         return {"blocks": [flags | {k: theta[("blocks", l_, k)].copy() for k in PARAM_NAMES}
@@ -344,7 +470,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         tok = np.stack([data[j][0] for j in runs_of])
         tgt = np.stack([data[j][1] for j in runs_of])
         X = theta[("embed",)][r_idx, tok] + theta[("pos",)][:, None]
-        out, caches, _ = _forward(params, X, variant)
+        out, caches, _ = _run(model, X, variant)
         if t % logit_every == 0:  # read-only: recomputed from the cache
             for l_ in range(layers):
                 S = _attn_logits(caches[0][l_][0])
@@ -362,7 +488,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         gview[("unembed",)][...] = np.swapaxes(out.reshape(R, -1, d), -1, -2) \
             @ dlogits.reshape(R, -1, vocab)
         dout = dlogits @ np.swapaxes(theta[("unembed",)], -1, -2)[:, None]
-        grads, dX, _ = _backward(params, caches, dout, variant)
+        grads, dX, _ = _run_backward(model, caches, dout, variant, settings)
         for l_ in range(layers):
             for k in PARAM_NAMES:
                 gview[("blocks", l_, k)][...] = grads[l_][k]
@@ -378,12 +504,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
                     gnorm[:, l_, j] = np.linalg.norm(gflat[:, sl], axis=1)
         # Adam with bias correction; one step size per run
         rate = lrs * np.where(warm > 0, np.minimum(1.0, (t + 1) / np.maximum(warm, 1)), 1.0)
-        m1 *= b1
-        m1 += (1 - b1) * gflat
-        m2 *= b2
-        m2 += (1 - b2) * gflat * gflat
-        step = (m1 / (1 - b1 ** (t + 1))) / (np.sqrt(m2 / (1 - b2 ** (t + 1))) + f32(1e-9))
-        step *= rate[:, None].astype(f32)
+        step = adam_step(m1, m2, gflat, t, b1, b2, rate[:, None].astype(f32))
         if step_hook is not None:
             step_hook(t, {key: step[:, a:b].reshape(v.shape) for (key, v), a, b in
                           zip(init.items(), offsets[:-1], offsets[1:], strict=True)})

@@ -1,6 +1,9 @@
-r"""A small Transformer encoder in numpy, Post-LN and Pre-LN, with a hand-written backward.
+r"""A small Transformer encoder in numpy, Post-LN and Pre-LN, built from :mod:`lipattn.layers`.
 
-A teaching implementation, not a framework. Tokens are rows: the hidden
+A teaching implementation, not a framework: every layer's forward pass, Jacobian
+products and parameter gradients are those of :mod:`lipattn.layers`
+(:func:`as_layers` is the stack); this module holds the parameters' layout, the
+validation and the wrappers that record the residual stream. Tokens are rows: the hidden
 states of a sequence are :math:`X \in \mathbb R^{N \times d}`. One layer is
 
 - *attention*: per head :math:`h`, :math:`P_h = \operatorname{softmax}\bigl(
@@ -49,8 +52,7 @@ import numpy as np
 
 from ._validate import as_bool, as_choice, as_count, as_real_array, as_seed, as_step
 from .collapse import relative_residual
-from .layernorm import _ln, _ln_plain_bwd
-from .layers.attention import attention_core, attention_core_vjp
+from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential, attention_logits
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward", "as_layers",
            "residual_stream", "attention_inputs", "token_diversity", "check_params", "stack_params",
@@ -183,151 +185,143 @@ def _check(params: Any, X: Any, variant: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# pieces: forward returns (out, cache), backward takes the cache
+# the encoder as a Sequential of lipattn.layers
 # ---------------------------------------------------------------------------
-def _split(Z: np.ndarray, heads: int) -> np.ndarray:
-    """(..., N, d) -> (..., heads, N, d/heads)."""
-    *lead, n, d = Z.shape
-    return np.swapaxes(Z.reshape(*lead, n, heads, d // heads), -2, -3)
+def _overflow(dtype) -> str:
+    return ("params and X must keep the attention logits finite; they overflow the "
+            f"{np.dtype(dtype)} range (X or the hidden states are too large for this variant; "
+            "only Pre-LN normalises them before attention)")
 
 
-def _merge(Z: np.ndarray) -> np.ndarray:
-    """(..., heads, N, d_h) -> (..., N, heads * d_h)."""
-    Z = np.swapaxes(Z, -2, -3)
-    return Z.reshape(*Z.shape[:-2], -1)
+def _dtype(params: Any) -> np.dtype:
+    """The dtype the layers compute in for float32 or float64 inputs: the parameters'."""
+    return np.result_type(*(np.asarray(p[k]).dtype for p in params for k in PARAM_NAMES),
+                          np.float32)
 
 
-def _linear(H: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """``H @ W`` with the token rows of each weight's batch merged into one matmul.
-
-    Numerically the same as ``H @ W``; merging the (broadcast) batch axes makes
-    one BLAS call per weight instead of one per sequence.
-    """
-    if W.ndim == 2:
-        return (H.reshape(-1, H.shape[-1]) @ W).reshape(*H.shape[:-1], W.shape[-1])
-    k = W.ndim - 2  # W: (*R, 1, ..., 1, m, n) against H: (*R, *B, N, m)
-    r = next((i for i in range(k) if W.shape[i] == 1), k)
-    if H.ndim == W.ndim and all(n == 1 for n in W.shape[r:k]) and H.shape[:r] == W.shape[:r]:
-        out = H.reshape(*H.shape[:r], -1, H.shape[-1]) @ W.reshape(*W.shape[:r], *W.shape[-2:])
-        return out.reshape(*H.shape[:-1], W.shape[-1])
-    return H @ W
+def _attention(p: dict[str, Any], dtype, copy_transposes: bool = True) -> MultiHeadAttention:
+    """Layer l's attention sublayer (with its unit-gain QK-LayerNorms if ``qk_norm``)."""
+    heads = int(p["heads"])
+    norms = {}
+    if p.get("qk_norm", False):
+        norms = {k: LayerNorm(None, None, EPS) for k in ("q_norm", "k_norm")}
+    attn = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=heads,
+                              b_O=p["b_O"], **norms)
+    attn.overflow = _overflow(dtype)
+    attn.copy_transposes = copy_transposes
+    return attn
 
 
-def _reduce_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Sum ``g`` over the axes along which an array of ``shape`` was broadcast."""
-    extra = g.ndim - len(shape)
-    if extra > 0:
-        g = g.sum(axis=tuple(range(extra)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    return g.sum(axis=axes, keepdims=True) if axes else g
+def _block(p: dict[str, Any], variant: str, dtype, copy_transposes: bool) -> Sequential:
+    """Layer l: ``"post"`` [Residual(attn), ln1, Residual(ffn), ln2]; ``"pre"``
+    [Residual([ln1, attn]), Residual([ln2, ffn])]. Parameter keys end in
+    ``attn.W_Q``, ``ln1.g``, ``ffn.W_1``, ... (see :func:`_param_name`)."""
+    attn = _attention(p, dtype, copy_transposes)
+    ffn = MLP(p["W_1"], p["b_1"], p["W_2"], p["b_2"], act="relu")
+    ln1, ln2 = (LayerNorm(p[f"ln{j}_g"], p[f"ln{j}_b"], EPS) for j in (1, 2))
+    if variant == "post":
+        return Sequential([Residual(attn), ln1, Residual(ffn), ln2],
+                          names=["attn", "ln1", "ffn", "ln2"])
+    return Sequential([Residual(Sequential([ln1, attn], names=["ln1", "attn"])),
+                       Residual(Sequential([ln2, ffn], names=["ln2", "ffn"]))],
+                      names=["a", "f"])
 
 
-def _wgrad(H: np.ndarray, dY: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Gradient of a weight of ``shape`` used as ``H @ W``: sum of ``H^T dY``."""
-    lead = H.shape[:-2]
-    wl = (1,) * (len(lead) - (len(shape) - 2)) + tuple(shape[:-2])
-    keep = [i for i, (n, w) in enumerate(zip(lead, wl, strict=True)) if w != 1]
-    red = [i for i in range(len(lead)) if i not in keep]
-    order = [*keep, *red, len(lead), len(lead) + 1]
-    kshape = [lead[i] for i in keep]
-    H2 = np.transpose(H, order).reshape(*kshape, -1, H.shape[-1])
-    D2 = np.transpose(dY, order).reshape(*kshape, -1, dY.shape[-1])
-    return (np.swapaxes(H2, -1, -2) @ D2).reshape(shape)
+def _model(params: Any, variant: str, *, final_norm: bool = True, dtype: Any = None,
+           copy_transposes: bool = True) -> Sequential:
+    """The encoder: layer l is element l (a :func:`_block`), then for ``"pre"`` (and
+    ``final_norm``) the final LayerNorm without gain or bias (``"final"``). The
+    layers hold the arrays of ``params`` themselves. ``dtype``: the computation's
+    dtype, named in the overflow message (default: the parameters'). ``copy_transposes``:
+    the attention layers' (False where each forward pass is differentiated once)."""
+    dtype = _dtype(params) if dtype is None else dtype
+    out = [_block(p, variant, dtype, copy_transposes) for p in params]
+    names = [str(i) for i in range(len(params))]
+    if variant == "pre" and final_norm:
+        out.append(LayerNorm(None, None, EPS))
+        names.append("final")
+    return Sequential(out, names=names)
 
 
-def _ln_fwd(x, g, b):
-    y, inv_s = _ln(x, EPS)
-    return g * y + b, (y, inv_s, g)
+def _param_name(key: str) -> str:
+    """A block's parameter key -> its name in PARAM_NAMES."""
+    parts = key.split(".")
+    owner, leaf = parts[-2], parts[-1]
+    return f"{owner}_{leaf}" if owner.startswith("ln") else leaf
 
 
-def _ln_bwd(dout, cache, grads, gk, bk):
-    y, inv_s, g = cache
-    grads[gk] = _reduce_to(dout * y, np.shape(g))
-    grads[bk] = _reduce_to(dout, np.shape(g))
-    return _ln_plain_bwd(dout * g, y, inv_s)
+def _to_caches(states: list, variant: str) -> tuple:
+    """Block states -> (attention, LN_1, FFN, LN_2) states: ``[0][0]`` is the
+    attention's input H, ``[0][1]`` its core, ``[1][1]``/``[3][1]`` the LNs' 1/s."""
+    if variant == "post":
+        return tuple(states)
+    (cl1, ca), (cl2, cf) = states
+    return ca, cl1, cf, cl2
+
+
+def _from_caches(cache: tuple, variant: str) -> list:
+    ca, cl1, cf, cl2 = cache
+    return list(cache) if variant == "post" else [[cl1, ca], [cl2, cf]]
+
+
+def _run(model: Sequential, X: np.ndarray, variant: str, keep: bool = True):
+    """Forward pass of :func:`_model`'s encoder; returns (out, caches, stream) with
+    ``caches = (layer caches or [], final LN state or None)`` and ``stream[l]`` the
+    input of layer l (the last entry: the output of the last layer, before the final
+    LayerNorm)."""
+    L = len(model.layers) - (model.names[-1] == "final")
+    caches, stream = [], []
+    for block in model.layers[:L]:
+        stream.append(X)
+        X, st = block.forward(X)
+        if keep:
+            caches.append(_to_caches(st, variant))
+    stream.append(X)
+    final = None
+    if L < len(model.layers):
+        X, final = model.layers[L].forward(X)
+    return X, (caches, final), stream
+
+
+def _run_backward(model: Sequential, caches, grad_out: np.ndarray, variant: str,
+                  settings: list[dict[str, Any]]):
+    """Returns (grads, grad_X, dstream) for :func:`_run`'s caches: grads in
+    PARAM_NAMES (plus ``settings[l]``), dstream[l] the gradient at stream[l]."""
+    layer_caches, final = caches
+    L = len(layer_caches)
+    dX = grad_out
+    if final is not None:
+        dX = model.layers[L].vjp(final, dX)
+    grads: list[dict[str, Any]] = [{} for _ in range(L)]
+    dstream = [dX]
+    for l_ in range(L - 1, -1, -1):
+        dX, g = model.layers[l_].backward(_from_caches(layer_caches[l_], variant), dX)
+        named = {_param_name(k): v for k, v in g.items()}
+        grads[l_] = {k: named[k] for k in PARAM_NAMES} | settings[l_]
+        dstream.append(dX)
+    return grads, dX, dstream[::-1]
+
+
+def _settings(params) -> list[dict[str, Any]]:
+    return [{k: p[k] for k in SETTINGS if k in p} for p in params]
+
+
+def _forward(params, X, variant, keep=True):
+    """Forward pass; returns (out, caches, stream) with stream[l] the input of layer l."""
+    model = _model(params, variant, dtype=np.result_type(X, _dtype(params)),
+                   copy_transposes=False)
+    return _run(model, X, variant, keep)
 
 
 def _attn_fwd(H, p):
-    heads = int(p["heads"])
-    Q = _split(_linear(H, p["W_Q"]), heads)
-    K = _split(_linear(H, p["W_K"]), heads)
-    V = _split(_linear(H, p["W_V"]), heads)
-    qk = None
-    if p.get("qk_norm", False):  # LayerNorm over each head's d_h entries
-        (Q, inv_q), (K, inv_k) = _ln(Q, EPS), _ln(K, EPS)
-        qk = (inv_q, inv_k)
-    Z, core = attention_core(
-        Q, K, V, overflow="params and X must keep the attention logits finite; they overflow "
-        f"the {np.result_type(Q, K)} range (X or the hidden states are too large for this "
-        "variant; only Pre-LN normalises them before attention)")
-    A = _merge(Z)
-    return _linear(A, p["W_O"]) + p["b_O"], (H, core, A, qk)
+    """Layer ``p``'s attention sublayer at its input H: (output, state)."""
+    return _attention(p, np.result_type(H, _dtype([p]))).forward(H)
 
 
 def _attn_logits(cache):
     """The logits S (..., heads, N, N) of a forward pass, recomputed from its cache."""
     core = cache[1]
-    return (core.Q @ np.swapaxes(core.K, -1, -2)) * core.scale
-
-
-def _attn_bwd(dout, cache, p, grads):
-    H, core, A, qk = cache
-    heads = int(p["heads"])
-    grads["W_O"] = _wgrad(A, dout, np.shape(p["W_O"]))
-    grads["b_O"] = _reduce_to(dout, np.shape(p["b_O"]))
-    dA = _split(_linear(dout, np.swapaxes(p["W_O"], -1, -2)), heads)
-    dQ, dK, dV = attention_core_vjp(core, dA)
-    if qk is not None:  # through the per-head LayerNorms (core.Q, core.K are their outputs)
-        dQ, dK = _ln_plain_bwd(dQ, core.Q, qk[0]), _ln_plain_bwd(dK, core.K, qk[1])
-    dH = 0.0
-    for k, dZ in (("W_Q", dQ), ("W_K", dK), ("W_V", dV)):
-        dZ = _merge(dZ)
-        grads[k] = _wgrad(H, dZ, np.shape(p[k]))
-        dH = dH + _linear(dZ, np.swapaxes(p[k], -1, -2))
-    return dH
-
-
-def _ffn_fwd(H, p):
-    Z = _linear(H, p["W_1"]) + p["b_1"]
-    R = np.maximum(Z, 0)
-    return _linear(R, p["W_2"]) + p["b_2"], (H, Z, R)
-
-
-def _ffn_bwd(dout, cache, p, grads):
-    H, Z, R = cache
-    grads["W_2"] = _wgrad(R, dout, np.shape(p["W_2"]))
-    grads["b_2"] = _reduce_to(dout, np.shape(p["b_2"]))
-    dZ = _linear(dout, np.swapaxes(p["W_2"], -1, -2)) * (Z > 0)
-    grads["W_1"] = _wgrad(H, dZ, np.shape(p["W_1"]))
-    grads["b_1"] = _reduce_to(dZ, np.shape(p["b_1"]))
-    return _linear(dZ, np.swapaxes(p["W_1"], -1, -2))
-
-
-def _forward(params, X, variant, keep=True):
-    """Forward pass; returns (out, caches, stream) with stream[l] the input of layer l."""
-    caches, stream = [], []
-    for p in params:
-        stream.append(X)
-        if variant == "post":
-            a, ca = _attn_fwd(X, p)
-            X1, cl1 = _ln_fwd(X + a, p["ln1_g"], p["ln1_b"])
-            f, cf = _ffn_fwd(X1, p)
-            X, cl2 = _ln_fwd(X1 + f, p["ln2_g"], p["ln2_b"])
-        else:
-            H1, cl1 = _ln_fwd(X, p["ln1_g"], p["ln1_b"])
-            a, ca = _attn_fwd(H1, p)
-            X1 = X + a
-            H2, cl2 = _ln_fwd(X1, p["ln2_g"], p["ln2_b"])
-            f, cf = _ffn_fwd(H2, p)
-            X = X1 + f
-        if keep:
-            caches.append((ca, cl1, cf, cl2))
-    stream.append(X)
-    final = None
-    if variant == "pre":
-        X, inv_s = _ln(X, EPS)
-        final = (X, inv_s)
-    return X, (caches, final), stream
+    return attention_logits(core.Q, core.K, scale=core.scale)
 
 
 def _finite(arrays, what: str):
@@ -349,25 +343,8 @@ def _forward_checked(params, X, variant, keep=True):
 
 def _backward(params, caches, grad_out, variant):
     """Returns (grads, grad_X, dstream): dstream[l] is the gradient at stream[l]."""
-    layer_caches, final = caches
-    dX = grad_out
-    if variant == "pre":
-        dX = _ln_plain_bwd(dX, *final)
-    grads: list[dict[str, Any]] = [{} for _ in params]
-    dstream = [dX]
-    for p, g, (ca, cl1, cf, cl2) in zip(params[::-1], grads[::-1], layer_caches[::-1],
-                                        strict=True):
-        if variant == "post":
-            dX1 = _ln_bwd(dX, cl2, g, "ln2_g", "ln2_b")
-            dX1 = dX1 + _ffn_bwd(dX1, cf, p, g)
-            dX = _ln_bwd(dX1, cl1, g, "ln1_g", "ln1_b")
-            dX = dX + _attn_bwd(dX, ca, p, g)
-        else:
-            dX1 = dX + _ln_bwd(_ffn_bwd(dX, cf, p, g), cl2, g, "ln2_g", "ln2_b")
-            dX = dX1 + _ln_bwd(_attn_bwd(dX1, ca, p, g), cl1, g, "ln1_g", "ln1_b")
-        g |= {k: p[k] for k in SETTINGS if k in p}
-        dstream.append(dX)
-    return grads, dX, dstream[::-1]
+    return _run_backward(_model(params, variant, copy_transposes=False), caches, grad_out,
+                         variant, _settings(params))
 
 
 # ---------------------------------------------------------------------------
@@ -405,7 +382,7 @@ def forward(params: Any, X: Any, *, variant: str) -> np.ndarray:
 
 def backward(params: Any, X: Any, grad_out: Any, *, variant: str
              ) -> tuple[list[dict[str, Any]], np.ndarray]:
-    r"""Gradients of a loss :math:`\ell(\text{forward}(X))` by a hand-written backward pass.
+    r"""Gradients of a loss :math:`\ell(\text{forward}(X))`, by the layers' ``backward``.
 
     Parameters
     ----------
@@ -440,16 +417,20 @@ def as_layers(params: Any, variant: str, *, final_norm: bool = True) -> Any:
     Layer l is a :class:`~lipattn.layers.Sequential` of
     :class:`~lipattn.layers.Residual`, :class:`~lipattn.layers.LayerNorm`,
     :class:`~lipattn.layers.MultiHeadAttention` (bidirectional, ``heads`` heads,
-    output bias ``b_O``) and :class:`~lipattn.layers.MLP` (ReLU):
+    output bias ``b_O``, and with ``qk_norm`` the unit-gain per-head LayerNorms
+    as its ``q_norm``, ``k_norm``) and :class:`~lipattn.layers.MLP` (ReLU):
 
-    - ``"post"``: ``[Residual(attention), LN_1, Residual(FFN), LN_2]``;
+    - ``"post"``: ``[Residual(attention), LN_1, Residual(FFN), LN_2]``, named
+      ``attn, ln1, ffn, ln2``;
     - ``"pre"``: ``[Residual(Sequential([LN_1, attention])),
-      Residual(Sequential([LN_2, FFN]))]``.
+      Residual(Sequential([LN_2, FFN]))]``, named ``a, f`` (and within them
+      ``ln1, attn`` and ``ln2, ffn``).
 
-    So ``as_layers(params, variant).forward(X)[0]`` is :func:`forward` (up to
-    rounding: the layers' LayerNorm takes its statistics on rescaled rows), and
-    the layers' jvp and vjp are the encoder's exact Jacobian products with
-    respect to X (no parameter gradients: those are :func:`backward`'s).
+    This *is* the encoder: :func:`forward` and :func:`backward` run these layers
+    (their forward passes, and their ``backward`` for the parameter gradients),
+    so ``as_layers(params, variant).forward(X)[0]`` equals :func:`forward` bit for
+    bit, and the layers' jvp and vjp are the encoder's exact Jacobian products
+    with respect to X.
 
     Parameters
     ----------
@@ -468,34 +449,15 @@ def as_layers(params: Any, variant: str, *, final_norm: bool = True) -> Any:
         ``final_norm``) the final LayerNorm. Float64 unless the parameters are
         float32 arrays (then the layers compute in float32).
     """
-    from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential
-
     as_choice(variant, "variant", VARIANTS)
     final_norm = as_bool(final_norm, "final_norm")
-    d = check_params(params)
+    check_params(params)
     for i, p in enumerate(params):
-        if p.get("qk_norm", False):
-            raise ValueError(f"params[{i}] has qk_norm = True, which as_layers does not build "
-                             "(lipattn.stabilisers.StabilisedAttention has QK-norm)")
         for k in PARAM_NAMES:
             if np.ndim(p[k]) != (2 if k.startswith("W_") else 1):
                 raise ValueError(f"params[{i}][{k!r}] must have no leading run axes (one "
                                  f"model); got shape {np.shape(p[k])}")
-    out = []
-    for p in params:
-        attn = MultiHeadAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"], n_head=int(p["heads"]),
-                                  b_O=p["b_O"])
-        ffn = MLP(p["W_1"], p["b_1"], p["W_2"], p["b_2"], act="relu")
-        ln1, ln2 = (LayerNorm(p[f"ln{j}_g"], p[f"ln{j}_b"], EPS) for j in (1, 2))
-        if variant == "post":
-            out.append(Sequential([Residual(attn), ln1, Residual(ffn), ln2]))
-        else:
-            out.append(Sequential([Residual(Sequential([ln1, attn])),
-                                   Residual(Sequential([ln2, ffn]))]))
-    if variant == "pre" and final_norm:
-        dtype = np.result_type(*(p[k] for p in params for k in PARAM_NAMES))
-        out.append(LayerNorm(np.ones(d, dtype), np.zeros(d, dtype), EPS))
-    return Sequential(out)
+    return _model(params, variant, final_norm=final_norm)
 
 
 def residual_stream(params: Any, X: Any, *, variant: str) -> list[np.ndarray]:

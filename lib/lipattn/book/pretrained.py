@@ -34,7 +34,7 @@ import numpy as np
 
 from .._validate import as_count, as_seed
 from ..attention import attention_matrix
-from ..lipschitz import SublayerConstants, sublayer_constants
+from ..sublayers import SublayerConstants, sublayer_constants
 from ..training import init_model, model_forward, reversal_batch, train_model
 from ..transformer import PARAM_NAMES, attention_inputs
 from ._check import as_reals, as_result, as_tokens
@@ -145,7 +145,7 @@ class Measurements:
         Reversal accuracy of each variant on the evaluation tokens.
     const : dict
         ``const[variant, state]`` (state ``"init"`` or ``"trained"``):
-        :class:`lipattn.lipschitz.SublayerConstants`, shapes (L, B).
+        :class:`lipattn.sublayers.SublayerConstants`, shapes (L, B).
     target_weight : dict
         ``target_weight[variant]``, shape (L, B, N): the weight
         :math:`P_{i, N-1-i}` that query i of layer l puts on the token it must copy.

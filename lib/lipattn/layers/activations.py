@@ -28,7 +28,7 @@ _A = 0.044715
 
 
 def relu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return np.maximum(x, 0), (x > 0).astype(x.dtype)
+    return np.maximum(x, 0), x > 0          # the derivative as a bool mask (multiplies exactly)
 
 
 def gelu_new(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -374,6 +374,10 @@ class MultiHeadAttention:
                                 f"backward) on head vectors of size {self.head_dim}; got "
                                 f"{type(norm).__name__}")
         self.q_norm, self.k_norm = q_norm, k_norm
+        #: Keep contiguous transposes for many products (attention_core's
+        #: copy_transposes): True for the exact constants (Lanczos), False saves
+        #: three copies per forward pass when each is differentiated once.
+        self.copy_transposes = True
         #: The message of the ValueError for attention logits that overflow.
         self.overflow = ("the hidden states and W_Q, W_K give attention logits that overflow; "
                          "expected logits of finite size")
@@ -394,9 +398,9 @@ class MultiHeadAttention:
     # per forward pass (attention_core's copy_transposes) and reused by every
     # jvp and vjp.
     def _split(self, Z: np.ndarray, heads: int) -> np.ndarray:
-        """(..., N, heads * k) -> (..., heads, N, k), contiguous."""
-        Z = Z.reshape(*Z.shape[:-1], heads, -1)
-        return np.ascontiguousarray(np.swapaxes(Z, -2, -3))
+        """(..., N, heads * k) -> (..., heads, N, k), contiguous if copy_transposes."""
+        Z = np.swapaxes(Z.reshape(*Z.shape[:-1], heads, -1), -2, -3)
+        return np.ascontiguousarray(Z) if self.copy_transposes else Z
 
     def _group(self, Z: np.ndarray) -> np.ndarray:
         """Query heads (..., h, N, k) -> (..., h_kv, rep * N, k): the heads sharing a
@@ -460,7 +464,7 @@ class MultiHeadAttention:
         if mask is not None:                   # one row block per query head of a group
             mask = np.tile(mask, (Q.shape[-2] // N, 1))
         heads, core = attention_core(Q, K, V, mask=mask, scale=self.scale, softcap=self.softcap,
-                                     copy_transposes=True, overflow=self.overflow)
+                                     copy_transposes=self.copy_transposes, overflow=self.overflow)
         A = self._merge(heads, N)
         return self._out(A, True), AttentionState(X, core, rot, A, qn, kn)
 

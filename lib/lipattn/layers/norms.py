@@ -32,29 +32,42 @@ __all__ = ["LayerNorm", "RMSNorm"]
 
 
 class LayerNorm:
-    """LayerNorm with gain ``g`` and bias ``b``, both shape (..., d); ``eps`` > 0."""
+    """LayerNorm with gain ``g`` and bias ``b``, both shape (..., d); ``eps`` > 0.
 
-    def __init__(self, g: np.ndarray, b: np.ndarray, eps: float) -> None:
-        self.g = weight(g, "g", (None,))
-        self.b = weight(b, "b", (self.g.shape[-1],))
+    ``g = b = None``: no gain or bias (no parameters), :math:`\\mathrm{LN}(x)` itself
+    on rows of any width d >= 2 -- the final LayerNorm of the book's Pre-LN encoder
+    and its unit-gain QK-norm.
+    """
+
+    def __init__(self, g: np.ndarray | None, b: np.ndarray | None, eps: float) -> None:
+        if (g is None) != (b is None):
+            raise ValueError("g and b must both be arrays or both be None (no affine "
+                             f"parameters); got g {'None' if g is None else 'an array'} and "
+                             f"b {'None' if b is None else 'an array'}")
+        self.g = None if g is None else weight(g, "g", (None,))
+        self.b = None if b is None else weight(b, "b", (self.g.shape[-1],))
         self.eps = as_positive_float(eps, "eps")
 
     @property
     def params(self) -> dict[str, np.ndarray]:
-        return {"g": self.g, "b": self.b}
+        return {} if self.g is None else {"g": self.g, "b": self.b}
 
     def forward(self, X: np.ndarray):
-        check_input(X, self.g.shape[-1], "LayerNorm")
+        d = (np.shape(X)[-1:] or (0,))[0] if self.g is None else self.g.shape[-1]
+        check_input(X, max(d, 2), "LayerNorm")
         y, inv_s = _ln(X, self.eps)
-        return self.g * y + self.b, (y, inv_s)
+        return (y if self.g is None else self.g * y + self.b), (y, inv_s)
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
-        return self.g * _ln_plain_bwd(E, *state)     # the inner Jacobian is symmetric
+        dY = _ln_plain_bwd(E, *state)                 # the inner Jacobian is symmetric
+        return dY if self.g is None else self.g * dY
 
     def vjp(self, state, G: np.ndarray) -> np.ndarray:
-        return _ln_plain_bwd(G * self.g, *state)
+        return _ln_plain_bwd(G if self.g is None else G * self.g, *state)
 
     def backward(self, state, G: np.ndarray):
+        if self.g is None:
+            return self.vjp(state, G), {}
         y = state[0]
         grads = {"g": reduce_to(G * y, self.g.shape), "b": reduce_to(G, self.b.shape)}
         return self.vjp(state, G), grads

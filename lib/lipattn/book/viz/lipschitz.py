@@ -31,7 +31,6 @@ from ..._validate import (
 )
 from ...attention import attention_matrix, check_attention_args
 from ...lipschitz import (
-    SublayerConstants,
     card_bound,
     kim_l2_bound,
     l2_local_lipschitz,
@@ -40,6 +39,7 @@ from ...lipschitz import (
     sink_tokens,
     two_sided_tokens,
 )
+from ...sublayers import SublayerConstants
 from .. import plotting
 from .._check import as_counts, as_reals, as_result
 from ..widgets import Explorer, Slider, register
@@ -282,7 +282,7 @@ def fig_trained(const: dict) -> Figure:
     Parameters
     ----------
     const : dict
-        ``const[variant, state]`` is a :class:`~lipattn.lipschitz.SublayerConstants`
+        ``const[variant, state]`` is a :class:`~lipattn.sublayers.SublayerConstants`
         for ``variant`` in ``("pre", "post")`` and ``state`` in
         ``("init", "trained")``. Lines: medians over the batch; triangles: maxima.
     """
