@@ -335,3 +335,19 @@ def test_bad_attention_masks_and_rows_name_the_argument():
     for row, err in ((4, ValueError), (-5, ValueError), (1.0, TypeError), (True, TypeError)):
         with pytest.raises(err, match="row"):
             model.row_lipschitz(H, row)
+
+
+def test_float32_model_directions_hold_to_float32_accuracy():
+    st = llama_state()
+    m32 = Llama.from_state_dict(st, n_head=4, n_kv_head=2, dtype=np.float32)
+    m64 = Llama.from_state_dict(st, n_head=4, n_kv_head=2)
+    H = np.random.default_rng(12).standard_normal((7, 16))
+    pad = [1, 1, 1, 1, 1, 0, 1]
+    e32 = m32.local_lipschitz_info(H, attention_mask=pad, final_norm=True)
+    e64 = m64.local_lipschitz_info(H, attention_mask=pad, final_norm=True)
+    assert e32.value == pytest.approx(e64.value, rel=1e-5)
+    Jv = m64.jvp(H, e32.input_direction, attention_mask=pad, final_norm=True)
+    assert np.linalg.norm(Jv - e32.value * e32.output_direction) <= 1e-5 * e32.value
+    # the same singular pair up to its sign
+    sign = np.sign(np.sum(e32.input_direction * e64.input_direction))
+    np.testing.assert_allclose(sign * e32.input_direction, e64.input_direction, atol=1e-4)
