@@ -140,7 +140,17 @@ class Decoder:
     def __repr__(self) -> str:
         parts = [f"n_layer={self.n_layer}", f"d_model={self.d_model}", f"n_head={self.n_head}",
                  f"n_kv_head={self.n_kv_head}", f"head_dim={self.head_dim}"]
-        windows = [getattr(b, "sliding_window", None) for b in self.blocks]
+        model_type = getattr(self, "model_type", None)
+        if model_type is not None:
+            parts.insert(0, f"model_type={model_type!r}")
+        # the windows without building lazily loaded blocks: from load's layout, or the list
+        layout = getattr(self, "layout", None)
+        if layout is not None and getattr(layout, "sliding_windows", None):
+            windows = list(layout.sliding_windows)
+        elif isinstance(self.blocks, list):
+            windows = [getattr(b, "sliding_window", None) for b in self.blocks]
+        else:
+            windows = []
         if any(w is not None for w in windows):
             parts.append("sliding_window="
                          + (repr(windows[0]) if len(set(windows)) == 1 else repr(windows)))
