@@ -309,8 +309,10 @@ def test_seed_changes_the_start_not_the_value():
 
 def test_repr():
     _, model = _llama()
-    assert repr(model) == ("Llama(n_layer=2, d_model=16, n_head=4, n_kv_head=2, head_dim=4, "
-                           "dtype=float64)")
+    r = repr(model)
+    assert r.startswith("Llama(") and r.endswith(", dtype=float64)")
+    assert "n_layer=2, d_model=16, n_head=4, n_kv_head=2, head_dim=4" in r
+    assert "sliding_window" not in r
     model.blocks[1].sliding_window = 3
     assert "sliding_window=[None, 3]" in repr(model)
     _, g = _gpt2()

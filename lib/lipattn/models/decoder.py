@@ -144,13 +144,10 @@ class Decoder:
         if model_type is not None:
             parts.insert(0, f"model_type={model_type!r}")
         # the windows without building lazily loaded blocks: from load's layout, or the list
-        layout = getattr(self, "layout", None)
-        if layout is not None and getattr(layout, "sliding_windows", None):
-            windows = list(layout.sliding_windows)
-        elif isinstance(self.blocks, list):
+        if isinstance(self.blocks, list):
             windows = [getattr(b, "sliding_window", None) for b in self.blocks]
         else:
-            windows = []
+            windows = list(getattr(getattr(self, "layout", None), "sliding_windows", ()))
         if any(w is not None for w in windows):
             parts.append("sliding_window="
                          + (repr(windows[0]) if len(set(windows)) == 1 else repr(windows)))
