@@ -1,15 +1,13 @@
 """Tests of ``python -m lipattn.models report`` (:mod:`lipattn.models.report`).
 
-The command runs in a subprocess on tiny random models; every number of its
-table (and of ``--json``) is checked against the model API computed here
+The command runs in a subprocess on tiny random checkpoints written in Hugging
+Face's layout by ``test_models_load`` (config.json + safetensors, float32 or
+bfloat16) and read by :func:`lipattn.models.load`; every number of its table
+(and of ``--json``) is checked against the model API computed here
 (:meth:`~lipattn.models.Decoder.local_lipschitz`, ``sublayer_lipschitz``,
 ``head_lipschitz``); the figure, the progress bar, ``--text`` through a
-``tokenizers`` file written here, and the errors are checked too.
-
-The checkpoint is read through the command's one boundary,
-``lipattn.models.load(path, dtype=...)``. Until that reader is present the
-subprocess installs a stand-in for it (an ``.npz`` state dict plus its head
-count, read with ``from_state_dict``): the command is tested, not the reader.
+``tokenizers`` file written here, and the errors (a refusal of ``load``
+included) are checked too.
 """
 
 from __future__ import annotations
@@ -19,50 +17,23 @@ import math
 import re
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_models import gpt2_state, llama_state
+from test_models import gpt2_state
+from test_models_load import build
 
-from lipattn.models import GPT2, Llama
+from lipattn.models import GPT2, load
 from lipattn.models.report import format_report, layer_report
 
-STANDIN = textwrap.dedent("""
-    import json, sys
-    from pathlib import Path
-    import numpy as np
-    import lipattn.models as models
 
-    def load(path, *, dtype=np.float64):
-        meta = json.loads((Path(path) / "standin.json").read_text())
-        state = dict(np.load(Path(path) / "state.npz"))
-        cls = {"gpt2": models.GPT2, "llama": models.Llama}[meta.pop("family")]
-        return cls.from_state_dict(state, dtype=dtype, **meta)
-
-    models.load = load
-    from lipattn.models.report import main
-    sys.exit(main(sys.argv[1:]))
-""")
-
-
-def _checkpoint(tmp_path: Path, family: str) -> tuple[Path, object]:
-    if family == "gpt2":
-        st, meta = gpt2_state(L=3), {"n_head": 2}
-        model = GPT2.from_state_dict(st, **meta)
-    else:
-        st, meta = llama_state(L=2), {"n_head": 4, "n_kv_head": 2}
-        model = Llama.from_state_dict(st, **meta)
-    path = tmp_path / family
-    path.mkdir()
-    np.savez(path / "state.npz", **st)
-    (path / "standin.json").write_text(json.dumps({"family": family} | meta))
-    return path, model
+def _checkpoint(tmp_path, family: str, code: str = "F32", **over):
+    _, path, _ = build(tmp_path, family, code, **over)
+    return path, load(path)
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", STANDIN, *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "lipattn.models", *args], capture_output=True,
                           text=True, timeout=300)
 
 
@@ -70,9 +41,12 @@ def _numbers(line: str) -> list[float]:
     return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e[+-]\d+)?", line)]
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_report_table_matches_the_api(tmp_path, family):
-    path, model = _checkpoint(tmp_path, family)
+@pytest.mark.parametrize("family,code", [("gpt2", "F32"), ("llama", "BF16"),
+                                         ("gemma2", "BF16")])
+def test_report_table_matches_the_api(tmp_path, family, code):
+    # gemma2 with a window of 3 on layer 0 (N = 7 > 3): the masks reach the command too
+    over = {"sliding_window": 3} if family == "gemma2" else {}
+    path, model = _checkpoint(tmp_path, family, code, **over)
     tokens = [3, 1, 4, 1, 5, 9, 2]
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
     res = _run("report", str(path), "--tokens", ",".join(map(str, tokens)), "--tol", "1e-8",
@@ -106,13 +80,14 @@ def test_report_table_matches_the_api(tmp_path, family):
     assert rep["tokens"] == tokens and rep["n_tokens"] == 7
     assert rep["block"] == pytest.approx(blocks, rel=1e-9)
     assert rep["stack_final_norm"] == pytest.approx(final, rel=1e-5)
+    assert rep["model"] == repr(model) and f"model_type='{family}'" in rep["model"]
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_text_is_tokenized_with_the_checkpoints_tokenizer(tmp_path):
     tokenizers = pytest.importorskip("tokenizers")
     path, model = _checkpoint(tmp_path, "gpt2")
-    vocab = {w: i for i, w in enumerate("[UNK] the cat sat on a mat".split())}
+    vocab = {w: i for i, w in enumerate("[UNK] the cat sat on a mat".split())}   # ids < 20
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     tok.save(str(path / "tokenizer.json"))
@@ -131,12 +106,16 @@ def test_errors_are_named_without_tracebacks(tmp_path):
     res = _run("report", str(path), "--tokens", "1,x")
     assert res.returncode == 2 and "--tokens must be comma-separated integer ids" in res.stderr
     res = _run("report", str(path), "--tokens", "1,99")
-    assert res.returncode == 1 and "tokens must be ids in [0, vocab) = [0, 11)" in res.stderr
+    assert res.returncode == 1 and "tokens must be ids in [0, vocab) = [0, 20)" in res.stderr
     assert "Traceback" not in res.stderr
     res = _run("report", str(path))
     assert res.returncode == 2 and "--tokens" in res.stderr
     res = _run("report", str(tmp_path / "missing"), "--tokens", "1")
     assert res.returncode == 1 and "error:" in res.stderr and "Traceback" not in res.stderr
+    refused = build(tmp_path / "r", "gpt2", scale_attn_by_inverse_layer_idx=True)[1]
+    res = _run("report", str(refused), "--tokens", "1,2")
+    assert res.returncode == 1 and "NotImplementedError" in res.stderr
+    assert "scale_attn_by_inverse_layer_idx" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_layer_report_progress_bar_and_format(capsys):
@@ -151,3 +130,17 @@ def test_layer_report_progress_bar_and_format(capsys):
     assert table.splitlines()[0] == "title" and "product of the block constants" in table
     quiet = layer_report(model, H, progress=False)
     assert capsys.readouterr().err == "" and quiet == rep
+
+
+def test_float32_report_agrees_with_float64(tmp_path):
+    path, _ = _checkpoint(tmp_path, "llama", "BF16")
+    runs = {}
+    for dt in ("float64", "float32"):
+        res = _run("report", str(path), "--tokens", "1,2,3,4,5", "--dtype", dt,
+                   "--json", str(tmp_path / f"{dt}.json"))
+        assert res.returncode == 0, res.stderr
+        runs[dt] = json.loads((tmp_path / f"{dt}.json").read_text())
+    assert "dtype=float32" in runs["float32"]["model"]
+    for key in ("block", "attention", "mlp", "top_head"):
+        np.testing.assert_allclose(runs["float32"][key], runs["float64"][key], rtol=1e-4)
+    assert runs["float32"]["stack"] == pytest.approx(runs["float64"]["stack"], rel=1e-4)

@@ -353,3 +353,25 @@ def test_float32_model_directions_hold_to_float32_accuracy():
     # the same singular pair up to its sign
     sign = np.sign(np.sum(e32.input_direction * e64.input_direction))
     np.testing.assert_allclose(sign * e32.input_direction, e64.input_direction, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["mistral", "gemma2"])
+def test_sliding_windows_read_by_load_mask_the_attention(tmp_path, family):
+    # a query of a windowed block sees only the last 3 tokens, so block 0's output row t
+    # is its output on tokens t-2..t alone (RoPE is relative; its tables are float32)
+    from test_models_load import build
+
+    from lipattn.models import load
+
+    model = load(build(tmp_path, family, sliding_window=3)[1])
+    assert model.blocks[0].sliding_window == 3
+    X = np.random.default_rng(13).standard_normal((7, model.d_model))
+    out = model.forward(X, stop=1)
+    for t in range(7):
+        window = model.forward(X[max(0, t - 2):t + 1], stop=1)[-1]
+        np.testing.assert_allclose(out[t], window, rtol=2e-6, atol=2e-6 * np.abs(out).max())
+    wide = load(build(tmp_path / "wide", family, sliding_window=64)[1])
+    assert np.abs(wide.forward(X, stop=1) - out).max() > 1e-3 * np.abs(out).max()
+    # the constant of the windowed block against its dense Jacobian
+    J = central_differences(lambda Z: model.forward(Z, stop=1), X)
+    assert model.local_lipschitz(X, stop=1) == pytest.approx(np.linalg.norm(J, 2), rel=1e-6)

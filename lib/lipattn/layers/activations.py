@@ -1,4 +1,4 @@
-r"""Elementwise activations with their derivatives: ReLU, GELU (tanh approximation), SiLU.
+r"""Elementwise activations with their derivatives: ReLU, GELU (exact and tanh), SiLU.
 
 Each function returns ``(value, derivative)`` of the same shape; the jvp and
 the vjp of an elementwise map are both multiplication by the derivative.
@@ -6,6 +6,11 @@ the vjp of an elementwise map are both multiplication by the derivative.
 - :func:`relu`: :math:`\max(x, 0)`, derivative :math:`[x > 0]` (0 at 0).
 - :func:`gelu_new`: Hugging Face's ``gelu_new`` (GPT-2),
   :math:`\tfrac12 x\,(1 + \tanh u)`, :math:`u = \sqrt{2/\pi}\,(x + 0.044715 x^3)`.
+  Hugging Face's ``gelu_pytorch_tanh`` (Gemma) is the same function
+  (``ACTIVATIONS["gelu_pytorch_tanh"] is gelu_new``).
+- :func:`gelu`: the exact GELU, :math:`x\,\Phi(x) = \tfrac12 x\,(1 +
+  \operatorname{erf}(x/\sqrt2))`, derivative :math:`\Phi(x) + x\,\varphi(x)`
+  (Hugging Face's ``gelu``).
 - :func:`silu`: :math:`x\,\sigma(x)` (Llama's ``silu``).
 """
 
@@ -14,8 +19,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import ndtr
 
-__all__ = ["relu", "gelu_new", "silu", "ACTIVATIONS"]
+__all__ = ["relu", "gelu_new", "gelu", "silu", "ACTIVATIONS"]
 
 _C = math.sqrt(2.0 / math.pi)
 _A = 0.044715
@@ -33,6 +39,16 @@ def gelu_new(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return y, dy
 
 
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def gelu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    cdf = ndtr(x).astype(x.dtype, copy=False)                  # Phi(x), no overflow
+    z = np.minimum(np.abs(x), 40.0)                            # phi(40) < 1e-300: no overflow
+    pdf = (_INV_SQRT_2PI * np.exp(-0.5 * z * z)).astype(x.dtype, copy=False)
+    return x * cdf, cdf + x * pdf
+
+
 def silu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # sigma(x) = (1 + tanh(x/2))/2: no overflow for any finite x
     s = 0.5 * (1 + np.tanh(0.5 * x))
@@ -40,4 +56,5 @@ def silu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 #: Name -> function, as in Hugging Face's ``ACT2FN`` for the names used here.
-ACTIVATIONS = {"relu": relu, "gelu_new": gelu_new, "silu": silu}
+ACTIVATIONS = {"relu": relu, "gelu_new": gelu_new, "gelu_pytorch_tanh": gelu_new, "gelu": gelu,
+               "silu": silu}

@@ -1,9 +1,9 @@
 r"""Multi-head self-attention with masks, biases, grouped-query heads and RoPE.
 
-Tokens are rows: ``X`` has shape (N, d). With ``h`` query heads of size
-``d_h`` and ``h_kv`` key/value heads (``h_kv`` divides ``h``; query head
-``i`` uses key/value head ``i // (h / h_kv)``, as Hugging Face's
-``repeat_kv``),
+Tokens are rows: ``X`` has shape (..., N, d) (leading batch axes allowed).
+With ``h`` query heads of size ``d_h`` and ``h_kv`` key/value heads (``h_kv``
+divides ``h``; query head ``i`` uses key/value head ``i // (h / h_kv)``, as
+Hugging Face's ``repeat_kv``),
 
 .. math::
 
@@ -16,7 +16,11 @@ Tokens are rows: ``X`` has shape (N, d). With ``h`` query heads of size
 with :math:`Q_i` the i-th column block of width ``d_h``, :math:`R` the RoPE
 rotation (:mod:`lipattn.layers.rope`, optional) and masked logits set to
 :math:`-\infty` (probability exactly 0). ``W_O=None`` returns the
-concatenated heads (the book's single head :math:`P X W_V`).
+concatenated heads (the book's single head :math:`P X W_V`). Options: a
+logit factor ``scale`` in place of :math:`1/\sqrt{d_h}`, a soft-cap
+:math:`S \mapsto \kappa \tanh(S/\kappa)` before the mask (``softcap``), per-head
+norms of queries and keys before RoPE (``q_norm``, ``k_norm``), and llama3 RoPE
+frequencies (``rope_scaling``).
 
 Each head is computed at its own size: Q, K, V are (heads, N, d_h) arrays
 and every product is a batched matmul (no loop over heads or tokens); a
@@ -48,11 +52,11 @@ import numpy as np
 from .._validate import as_int_at_least, as_positive_float
 from ..attention import as_mask
 from ..softmax import softmax
-from .base import check_input, weight
-from .rope import rope, rope_tables, rope_transpose
+from .base import check_input, linear, linear_t, reduce_to, weight, wgrad
+from .rope import LLAMA3_KEYS, rope, rope_tables, rope_transpose
 
-__all__ = ["MultiHeadAttention", "softmax_jvp", "attention_core", "attention_core_jvp",
-           "attention_core_vjp", "attention_logits", "CoreState"]
+__all__ = ["MultiHeadAttention", "AttentionState", "softmax_jvp", "attention_core",
+           "attention_core_jvp", "attention_core_vjp", "attention_logits", "CoreState"]
 
 
 def softmax_jvp(P: np.ndarray, dS: np.ndarray) -> np.ndarray:
@@ -250,6 +254,19 @@ def attention_core_vjp(state: CoreState, dO: np.ndarray
     return dS @ st.K, _transpose(dS, st.copy_transposes) @ st.Q, dV
 
 
+class AttentionState(NamedTuple):
+    """What :meth:`MultiHeadAttention.forward` keeps: its input ``X``, the core's
+    state, the RoPE tables (or None), the concatenated heads ``A`` (the input of
+    W_O) and the states of the head norms (or None)."""
+
+    X: np.ndarray
+    core: CoreState
+    rot: tuple | None
+    A: np.ndarray
+    q_norm: object = None
+    k_norm: object = None
+
+
 class MultiHeadAttention:
     """Masked multi-head self-attention (see the module docstring).
 
@@ -268,6 +285,24 @@ class MultiHeadAttention:
         N at every forward pass).
     rope_theta : float or None
         RoPE base (even ``d_h``), or None for no rotary embedding.
+    q_norm, k_norm : norm layer or None
+        Applied to every head's queries (keys), arrays (..., heads, N, d_h), after
+        the bias and before RoPE (Qwen 3, Gemma 3); e.g. the book's encoder's
+        unit-gain QK-LayerNorm ``LayerNorm(ones(d_h), zeros(d_h), eps)``. Their
+        parameters appear in ``params`` and ``backward``'s grads as
+        ``q_norm.<name>`` and ``k_norm.<name>``.
+    scale : float > 0 or None
+        The logits' factor s, default :math:`1/\\sqrt{d_h}` (Gemma 2:
+        ``query_pre_attn_scalar ** -0.5``; GPT-2 without ``scale_attn_weights``: 1).
+    softcap : float > 0 or None
+        The logit soft-cap :math:`\\kappa` of :func:`attention_core` (Gemma 2's
+        ``attn_logit_softcapping``), or None.
+    rope_scaling : dict or None
+        RoPE frequency scaling, ``{"rope_type": "llama3", ...}``
+        (:func:`lipattn.layers.rope.rope_inv_freq`), or None.
+
+    The weights may carry leading axes that broadcast against the batch axes of
+    X (numpy matmul rules); ``backward``'s grads have the weights' shapes.
 
     Raises
     ------
@@ -278,32 +313,34 @@ class MultiHeadAttention:
 
     def __init__(self, W_Q, W_K, W_V, W_O=None, *, n_head: int = 1, n_kv_head: int | None = None,
                  b_Q=None, b_K=None, b_V=None, b_O=None, mask=None,
-                 rope_theta: float | None = None) -> None:
+                 rope_theta: float | None = None, q_norm=None, k_norm=None,
+                 scale: float | None = None, softcap: float | None = None,
+                 rope_scaling: dict | None = None) -> None:
         self.n_head = h = as_int_at_least(n_head, "n_head", 1)
         self.n_kv_head = h_kv = h if n_kv_head is None else as_int_at_least(n_kv_head,
                                                                             "n_kv_head", 1)
         if h % h_kv:
             raise ValueError(f"n_kv_head must divide n_head = {h}; got n_kv_head = {h_kv}")
         self.W_Q = weight(W_Q, "W_Q", (None, None))
-        d, q = self.W_Q.shape
+        d, q = self.W_Q.shape[-2:]
         if q % h:
             raise ValueError(f"W_Q must have n_head * d_h columns (n_head = {h}); got shape "
                              f"{self.W_Q.shape}")
         self.head_dim = q // h
         self.W_K = weight(W_K, "W_K", (d, h_kv * self.head_dim))
         self.W_V = weight(W_V, "W_V", (d, None))
-        if self.W_V.shape[1] % h_kv:
+        if self.W_V.shape[-1] % h_kv:
             raise ValueError(f"W_V must have n_kv_head * d_v columns (n_kv_head = {h_kv}); got "
                              f"shape {self.W_V.shape}")
-        self.value_dim = self.W_V.shape[1] // h_kv
+        self.value_dim = self.W_V.shape[-1] // h_kv
         self.W_O = None if W_O is None else weight(W_O, "W_O", (h * self.value_dim, None))
         opt = lambda b, name, n: None if b is None else weight(b, name, (n,))  # noqa: E731
         self.b_Q = opt(b_Q, "b_Q", q)
         self.b_K = opt(b_K, "b_K", h_kv * self.head_dim)
-        self.b_V = opt(b_V, "b_V", self.W_V.shape[1])
+        self.b_V = opt(b_V, "b_V", self.W_V.shape[-1])
         if b_O is not None and W_O is None:
             raise ValueError("b_O needs W_O; got b_O with W_O=None")
-        self.b_O = opt(b_O, "b_O", None if W_O is None else self.W_O.shape[1])
+        self.b_O = opt(b_O, "b_O", None if W_O is None else self.W_O.shape[-1])
         if mask is not None and not isinstance(mask, str):
             mask = np.asarray(mask)
         as_mask(mask, np.shape(mask)[0] if np.ndim(mask) == 2 else 1)   # type and rows
@@ -312,80 +349,167 @@ class MultiHeadAttention:
                                                                             "rope_theta")
         if self.rope_theta is not None and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head size; got d_h = {self.head_dim}")
+        self.scale = None if scale is None else as_positive_float(scale, "scale")
+        self.softcap = None if softcap is None else as_positive_float(softcap, "softcap")
+        if rope_scaling is not None:
+            if self.rope_theta is None:
+                raise ValueError("rope_scaling needs rope_theta; got rope_theta=None")
+            if not isinstance(rope_scaling, dict) or rope_scaling.get("rope_type") != "llama3":
+                raise ValueError("rope_scaling must be None or a dict with rope_type 'llama3'; "
+                                 f"got {rope_scaling!r}")
+            missing = [k for k in LLAMA3_KEYS if k not in rope_scaling]
+            if missing:
+                raise ValueError(f"rope_scaling is missing {missing}")
+            vals = {k: as_positive_float(rope_scaling[k], f"rope_scaling[{k!r}]")
+                    for k in LLAMA3_KEYS}
+            if not vals["high_freq_factor"] > vals["low_freq_factor"]:
+                raise ValueError("rope_scaling needs high_freq_factor > low_freq_factor; got "
+                                 f"{vals['high_freq_factor']} and {vals['low_freq_factor']}")
+            rope_scaling = {"rope_type": "llama3", **vals}
+        self.rope_scaling = rope_scaling
+        for name, norm in (("q_norm", q_norm), ("k_norm", k_norm)):
+            if norm is not None and not all(callable(getattr(norm, m, None)) for m in (
+                    "forward", "jvp", "vjp", "backward")):
+                raise TypeError(f"{name} must be None or a norm layer (forward, jvp, vjp, "
+                                f"backward) on head vectors of size {self.head_dim}; got "
+                                f"{type(norm).__name__}")
+        self.q_norm, self.k_norm = q_norm, k_norm
+        #: The message of the ValueError for attention logits that overflow.
+        self.overflow = ("the hidden states and W_Q, W_K give attention logits that overflow; "
+                         "expected logits of finite size")
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        out = {k: getattr(self, k) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V",
+                                             "b_O") if getattr(self, k) is not None}
+        for name in ("q_norm", "k_norm"):
+            norm = getattr(self, name)
+            if norm is not None:
+                out |= {f"{name}.{k}": v for k, v in norm.params.items()}
+        return out
 
     # -- helpers --------------------------------------------------------------
-    # Every operand of a batched matmul is a contiguous (heads, rows, cols)
+    # Every operand of a batched matmul is a contiguous (..., heads, rows, cols)
     # array: the transposes the products need (K^T, V^T, P^T) are copied once
     # per forward pass (attention_core's copy_transposes) and reused by every
     # jvp and vjp.
     def _split(self, Z: np.ndarray, heads: int) -> np.ndarray:
-        """(N, heads * k) -> (heads, N, k), contiguous."""
-        N = Z.shape[0]
-        return np.ascontiguousarray(Z.reshape(N, heads, -1).transpose(1, 0, 2))
+        """(..., N, heads * k) -> (..., heads, N, k), contiguous."""
+        Z = Z.reshape(*Z.shape[:-1], heads, -1)
+        return np.ascontiguousarray(np.swapaxes(Z, -2, -3))
 
     def _group(self, Z: np.ndarray) -> np.ndarray:
-        """Query heads (h, N, k) -> (h_kv, rep * N, k): the heads sharing a key head stacked."""
-        return Z.reshape(self.n_kv_head, -1, Z.shape[-1])
+        """Query heads (..., h, N, k) -> (..., h_kv, rep * N, k): the heads sharing a
+        key head stacked."""
+        return Z.reshape(*Z.shape[:-3], self.n_kv_head, -1, Z.shape[-1])
 
     def _merge(self, Z: np.ndarray, N: int) -> np.ndarray:
-        """(h_kv, rep * N, d_v) or (h, N, d_v) -> (N, h * d_v)."""
-        return Z.reshape(-1, N, Z.shape[-1]).transpose(1, 0, 2).reshape(N, -1)
+        """(..., h_kv, rep * N, d_v) or (..., h, N, d_v) -> (..., N, h * d_v)."""
+        Z = np.swapaxes(Z.reshape(*Z.shape[:-3], -1, N, Z.shape[-1]), -2, -3)
+        return Z.reshape(*Z.shape[:-2], -1)
 
     def _out(self, Z: np.ndarray, bias: bool) -> np.ndarray:
         if self.W_O is None:
             return Z
-        Y = Z @ self.W_O
+        Y = linear(Z, self.W_O)
         return Y + self.b_O if bias and self.b_O is not None else Y
 
     def _mask_array(self, N: int):
         return as_mask(self.mask, N)
 
-    def _project(self, X, W, b, heads, rot):
-        Z = X @ W
-        if b is not None:
-            Z = Z + b
+    def _heads(self, Z, heads, norm, norm_state, rot, tangent):
+        """Split (..., N, heads * k) into heads, then the head norm (its forward,
+        or its jvp when ``tangent``), then RoPE; returns (heads, norm state)."""
         Z = self._split(Z, heads)
-        return rope(Z, *rot) if rot is not None else Z
+        if norm is not None:
+            if tangent:
+                Z = norm.jvp(norm_state, Z)
+            else:
+                Z, norm_state = norm.forward(Z)
+        return (rope(Z, *rot) if rot is not None else Z), norm_state
+
+    def _core_vjp(self, state: AttentionState, G: np.ndarray):
+        """The cotangents at the heads of Q, K (before RoPE, after the norms) and V,
+        each (..., heads, N, k)."""
+        N = G.shape[-2]
+        dO = G if self.W_O is None else linear_t(G, self.W_O)
+        dO = self._group(self._split(dO, self.n_head))            # (..., h_kv, rep N, d_v)
+        dQ, dK, dV = attention_core_vjp(state.core, dO)           # dK, dV summed over the group
+        dQ = dQ.reshape(*dQ.shape[:-3], self.n_head, N, -1)
+        if state.rot is not None:
+            dQ, dK = rope_transpose(dQ, *state.rot), rope_transpose(dK, *state.rot)
+        return dQ, dK, dV
 
     # -- the layer protocol ---------------------------------------------------
     def forward(self, X: np.ndarray):
-        check_input(X, self.W_Q.shape[0], "MultiHeadAttention")
-        N = X.shape[0]
+        check_input(X, self.W_Q.shape[-2], "MultiHeadAttention")
+        N = X.shape[-2]
         rot = None
         if self.rope_theta is not None:
             rot = tuple(t.astype(X.dtype, copy=False)
-                        for t in rope_tables(N, self.head_dim, self.rope_theta))
-        Q = self._group(self._project(X, self.W_Q, self.b_Q, self.n_head, rot))
-        K = self._project(X, self.W_K, self.b_K, self.n_kv_head, rot)
-        V = self._project(X, self.W_V, self.b_V, self.n_kv_head, None)
+                        for t in rope_tables(N, self.head_dim, self.rope_theta,
+                                             self.rope_scaling))
+        bias = lambda Z, b: Z if b is None else Z + b  # noqa: E731
+        Q, qn = self._heads(bias(linear(X, self.W_Q), self.b_Q), self.n_head, self.q_norm,
+                            None, rot, False)
+        K, kn = self._heads(bias(linear(X, self.W_K), self.b_K), self.n_kv_head, self.k_norm,
+                            None, rot, False)
+        V = self._split(bias(linear(X, self.W_V), self.b_V), self.n_kv_head)
+        Q = self._group(Q)
         mask = self._mask_array(N)
         if mask is not None:                   # one row block per query head of a group
-            mask = np.tile(mask, (Q.shape[1] // N, 1))
-        heads, core = attention_core(
-            Q, K, V, mask=mask, copy_transposes=True,
-            overflow="the hidden states and W_Q, W_K give attention logits that overflow; "
-                     "expected logits of finite size")
-        return self._out(self._merge(heads, N), True), (core, rot)
+            mask = np.tile(mask, (Q.shape[-2] // N, 1))
+        heads, core = attention_core(Q, K, V, mask=mask, scale=self.scale, softcap=self.softcap,
+                                     copy_transposes=True, overflow=self.overflow)
+        A = self._merge(heads, N)
+        return self._out(A, True), AttentionState(X, core, rot, A, qn, kn)
 
-    def jvp(self, state, E: np.ndarray) -> np.ndarray:
-        core, rot = state
-        N = E.shape[0]
-        dQ = self._group(self._project(E, self.W_Q, None, self.n_head, rot))
-        dK = self._project(E, self.W_K, None, self.n_kv_head, rot)
-        dV = self._split(E @ self.W_V, self.n_kv_head)
-        return self._out(self._merge(attention_core_jvp(core, dQ, dK, dV), N), False)
+    def jvp(self, state: AttentionState, E: np.ndarray) -> np.ndarray:
+        N = E.shape[-2]
+        dQ = self._heads(linear(E, self.W_Q), self.n_head, self.q_norm, state.q_norm,
+                         state.rot, True)[0]
+        dK = self._heads(linear(E, self.W_K), self.n_kv_head, self.k_norm, state.k_norm,
+                         state.rot, True)[0]
+        dV = self._split(linear(E, self.W_V), self.n_kv_head)
+        return self._out(self._merge(attention_core_jvp(state.core, self._group(dQ), dK, dV),
+                                     N), False)
 
-    def vjp(self, state, G: np.ndarray) -> np.ndarray:
-        core, rot = state
-        N = G.shape[0]
-        dO = G @ self.W_O.T if self.W_O is not None else G
-        dO = self._group(self._split(dO, self.n_head))            # (h_kv, rep N, d_v)
-        dQ, dK, dV = attention_core_vjp(core, dO)                  # dK, dV summed over the group
-        dQ = dQ.reshape(self.n_head, N, -1)
-        if rot is not None:
-            dQ, dK = rope_transpose(dQ, *rot), rope_transpose(dK, *rot)
-        return (self._merge(dQ, N) @ self.W_Q.T + self._merge(dK, N) @ self.W_K.T
-                + self._merge(dV, N) @ self.W_V.T)
+    def vjp(self, state: AttentionState, G: np.ndarray) -> np.ndarray:
+        N = G.shape[-2]
+        dQ, dK, dV = self._core_vjp(state, G)
+        if self.q_norm is not None:
+            dQ = self.q_norm.vjp(state.q_norm, dQ)
+        if self.k_norm is not None:
+            dK = self.k_norm.vjp(state.k_norm, dK)
+        return (linear_t(self._merge(dQ, N), self.W_Q) + linear_t(self._merge(dK, N), self.W_K)
+                + linear_t(self._merge(dV, N), self.W_V))
+
+    def backward(self, state: AttentionState, G: np.ndarray):
+        N = G.shape[-2]
+        grads = {}
+        if self.W_O is not None:
+            grads["W_O"] = wgrad(state.A, G, self.W_O.shape)
+            if self.b_O is not None:
+                grads["b_O"] = reduce_to(G, self.b_O.shape)
+        dQ, dK, dV = self._core_vjp(state, G)
+        for name, norm, st in (("q_norm", self.q_norm, state.q_norm),
+                               ("k_norm", self.k_norm, state.k_norm)):
+            if norm is not None:
+                dZ, g = norm.backward(st, dQ if name == "q_norm" else dK)
+                grads |= {f"{name}.{k}": v for k, v in g.items()}
+                if name == "q_norm":
+                    dQ = dZ
+                else:
+                    dK = dZ
+        dX = 0.0
+        for k, dZ in (("Q", dQ), ("K", dK), ("V", dV)):
+            dZ = self._merge(dZ, N)
+            grads[f"W_{k}"] = wgrad(state.X, dZ, getattr(self, f"W_{k}").shape)
+            b = getattr(self, f"b_{k}")
+            if b is not None:
+                grads[f"b_{k}"] = reduce_to(dZ, b.shape)
+            dX = dX + linear_t(dZ, getattr(self, f"W_{k}"))
+        return dX, {k: grads[k] for k in self.params}
 
     def head(self, i: int) -> MultiHeadAttention:
         """Query head ``i`` alone (with its key/value head and its rows of W_O), no b_O.
@@ -397,6 +521,8 @@ class MultiHeadAttention:
         cols = lambda W, k, w: None if W is None else W[..., k * w:(k + 1) * w]  # noqa: E731
         return MultiHeadAttention(
             cols(self.W_Q, i, dh), cols(self.W_K, j, dh), cols(self.W_V, j, dv),
-            None if self.W_O is None else self.W_O[i * dv:(i + 1) * dv],
+            None if self.W_O is None else self.W_O[..., i * dv:(i + 1) * dv, :],
             n_head=1, n_kv_head=1, b_Q=cols(self.b_Q, i, dh), b_K=cols(self.b_K, j, dh),
-            b_V=cols(self.b_V, j, dv), b_O=None, mask=self.mask, rope_theta=self.rope_theta)
+            b_V=cols(self.b_V, j, dv), b_O=None, mask=self.mask, rope_theta=self.rope_theta,
+            q_norm=self.q_norm, k_norm=self.k_norm, scale=self.scale, softcap=self.softcap,
+            rope_scaling=self.rope_scaling)

@@ -5,7 +5,9 @@ r"""The two MLPs of decoder blocks, weights in the "x @ W" layout (in, out).
 - :class:`GatedMLP` (Llama): :math:`F(x) = \bigl(\phi(x W_g) \odot x W_u\bigr) W_d`.
 
 :math:`\phi` is an activation of :mod:`lipattn.layers.activations` (value and
-derivative). Biases do not enter the derivatives.
+derivative). Biases do not enter the input derivatives. Inputs may carry leading
+batch axes and the weights leading axes that broadcast against them;
+``backward`` gives the weight gradients summed over the broadcast axes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .activations import ACTIVATIONS
-from .base import check_input, weight
+from .base import check_input, linear, linear_t, reduce_to, weight, wgrad
 
 
 def _activation(act):
@@ -29,21 +31,32 @@ class MLP:
 
     def __init__(self, W_1, b_1, W_2, b_2, act: str = "gelu_new") -> None:
         self.W_1 = weight(W_1, "W_1", (None, None))
-        self.b_1 = weight(b_1, "b_1", (self.W_1.shape[1],))
-        self.W_2 = weight(W_2, "W_2", (self.W_1.shape[1], None))
-        self.b_2 = weight(b_2, "b_2", (self.W_2.shape[1],))
+        self.b_1 = weight(b_1, "b_1", (self.W_1.shape[-1],))
+        self.W_2 = weight(W_2, "W_2", (self.W_1.shape[-1], None))
+        self.b_2 = weight(b_2, "b_2", (self.W_2.shape[-1],))
         self.act = _activation(act)
 
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        return {"W_1": self.W_1, "b_1": self.b_1, "W_2": self.W_2, "b_2": self.b_2}
+
     def forward(self, X: np.ndarray):
-        check_input(X, self.W_1.shape[0], "MLP")
-        h, dh = self.act(X @ self.W_1 + self.b_1)
-        return h @ self.W_2 + self.b_2, dh
+        check_input(X, self.W_1.shape[-2], "MLP")
+        h, dh = self.act(linear(X, self.W_1) + self.b_1)
+        return linear(h, self.W_2) + self.b_2, (X, h, dh)
 
-    def jvp(self, dh, E: np.ndarray) -> np.ndarray:
-        return (dh * (E @ self.W_1)) @ self.W_2
+    def jvp(self, state, E: np.ndarray) -> np.ndarray:
+        return linear(state[2] * linear(E, self.W_1), self.W_2)
 
-    def vjp(self, dh, G: np.ndarray) -> np.ndarray:
-        return (dh * (G @ self.W_2.T)) @ self.W_1.T
+    def vjp(self, state, G: np.ndarray) -> np.ndarray:
+        return linear_t(linear_t(G, self.W_2) * state[2], self.W_1)
+
+    def backward(self, state, G: np.ndarray):
+        X, h, dh = state
+        dZ = linear_t(G, self.W_2) * dh
+        grads = {"W_1": wgrad(X, dZ, self.W_1.shape), "b_1": reduce_to(dZ, self.b_1.shape),
+                 "W_2": wgrad(h, G, self.W_2.shape), "b_2": reduce_to(G, self.b_2.shape)}
+        return linear_t(dZ, self.W_1), grads
 
 
 class GatedMLP:
@@ -51,21 +64,38 @@ class GatedMLP:
 
     def __init__(self, W_g, W_u, W_d, act: str = "silu") -> None:
         self.W_g = weight(W_g, "W_g", (None, None))
-        self.W_u = weight(W_u, "W_u", self.W_g.shape)
-        self.W_d = weight(W_d, "W_d", (self.W_g.shape[1], None))
+        self.W_u = weight(W_u, "W_u", self.W_g.shape[-2:])
+        self.W_d = weight(W_d, "W_d", (self.W_g.shape[-1], None))
         self.act = _activation(act)
 
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        return {"W_g": self.W_g, "W_u": self.W_u, "W_d": self.W_d}
+
     def forward(self, X: np.ndarray):
-        check_input(X, self.W_g.shape[0], "GatedMLP")
-        a, da = self.act(X @ self.W_g)
-        b = X @ self.W_u
-        return (a * b) @ self.W_d, (a, da, b)
+        check_input(X, self.W_g.shape[-2], "GatedMLP")
+        a, da = self.act(linear(X, self.W_g))
+        b = linear(X, self.W_u)
+        h = a * b
+        return linear(h, self.W_d), (X, a, da, b, h)
 
     def jvp(self, state, E: np.ndarray) -> np.ndarray:
-        a, da, b = state
-        return (da * (E @ self.W_g) * b + a * (E @ self.W_u)) @ self.W_d
+        _, a, da, b, _ = state
+        return linear(da * linear(E, self.W_g) * b + a * linear(E, self.W_u), self.W_d)
+
+    def _pre(self, state, G):
+        """The cotangents at X @ W_g and X @ W_u."""
+        _, a, da, b, _ = state
+        dh = linear_t(G, self.W_d)
+        return dh * b * da, dh * a
 
     def vjp(self, state, G: np.ndarray) -> np.ndarray:
-        a, da, b = state
-        dh = G @ self.W_d.T
-        return (dh * b * da) @ self.W_g.T + (dh * a) @ self.W_u.T
+        dg, du = self._pre(state, G)
+        return linear_t(dg, self.W_g) + linear_t(du, self.W_u)
+
+    def backward(self, state, G: np.ndarray):
+        X, h = state[0], state[4]
+        dg, du = self._pre(state, G)
+        grads = {"W_g": wgrad(X, dg, self.W_g.shape), "W_u": wgrad(X, du, self.W_u.shape),
+                 "W_d": wgrad(h, G, self.W_d.shape)}
+        return linear_t(dg, self.W_g) + linear_t(du, self.W_u), grads

@@ -9,8 +9,42 @@ from typing import Any
 import numpy as np
 
 from .._validate import as_int_at_least, as_real_array
+from .checkpoint import bfloat16_bits_to_float32
 
-__all__ = ["StateDict"]
+__all__ = ["StateDict", "as_numpy"]
+
+
+def as_numpy(value: Any, name: str) -> Any:
+    """``value`` as a numpy array, converting what PyTorch users hold, exactly.
+
+    A tensor (duck-typed: ``detach`` and ``numpy`` methods) on the CPU is
+    detached (``requires_grad`` is fine); a bfloat16 tensor goes through
+    ``.float()``, exact since bfloat16 is the upper half of a float32; a
+    bfloat16 numpy array (``ml_dtypes``) is widened from its bits, exactly.
+    A tensor on another device is refused with the fix (``.cpu()``); anything
+    else is returned for :func:`numpy.asarray`.
+    """
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif callable(getattr(value, "detach", None)) and callable(getattr(value, "numpy", None)):
+        device = getattr(value, "device", None)
+        kind = getattr(device, "type", device)
+        if kind is not None and str(kind) != "cpu":
+            raise TypeError(f"{name} is a tensor on {device}; move the state to the CPU "
+                            "first: {k: v.detach().cpu() for k, v in model.state_dict().items()}")
+        t = value.detach()
+        if "bfloat16" in str(getattr(t, "dtype", "")):
+            t = t.float()                         # exact: bf16 is a float32's upper 16 bits
+        try:
+            arr = t.numpy()
+        except Exception as exc:                  # e.g. float8 or quantised tensors
+            raise TypeError(f"{name} is a tensor of dtype {getattr(t, 'dtype', '?')} that "
+                            f"cannot be converted to a numpy array: {exc}") from None
+    else:
+        return value
+    if arr.dtype.name == "bfloat16" and arr.dtype.itemsize == 2:
+        arr = bfloat16_bits_to_float32(arr.view(np.uint16))
+    return arr
 
 
 class StateDict:
@@ -41,11 +75,7 @@ class StateDict:
         if name not in self._items:
             raise ValueError(f"state is missing the parameter {name!r}")
         self._used.add(name)
-        value = self._items[name]
-        if hasattr(value, "detach") and not isinstance(value, np.ndarray):
-            raise TypeError(f"state[{name!r}] must be a numpy array; got a "
-                            f"{type(value).__name__}: export with "
-                            "{k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}")
+        value = as_numpy(self._items[name], f"state[{name!r}]")
         arr = as_real_array(value, f"state[{name!r}]", ndim=len(shape))
         if arr.shape != tuple(shape):
             raise ValueError(f"state[{name!r}] must have shape {tuple(shape)}; got shape "

@@ -1,4 +1,4 @@
-r"""A pre-norm decoder built from :mod:`lipattn.layers`: what GPT-2 and Llama share.
+r"""A pre-norm decoder built from :mod:`lipattn.layers`: what every family shares.
 
 Block l maps the residual stream :math:`x` (shape (N, d)) to
 
@@ -7,7 +7,8 @@ Block l maps the residual stream :math:`x` (shape (N, d)) to
     x' = x + \mathrm{Attn}(\mathrm{Norm}_1(x)), \qquad
     x'' = x' + \mathrm{MLP}(\mathrm{Norm}_2(x')),
 
-with causal multi-head attention; a final norm follows the last block.
+with causal multi-head attention (Gemma 2 adds a norm at the end of each
+branch, :class:`Block`'s post-norms); a final norm follows the last block.
 :class:`Decoder` holds the blocks and gives the forward pass, Jacobian-vector
 and vector-Jacobian products, and exact local Lipschitz constants (the
 spectral norm of the Jacobian with respect to the hidden states, Frobenius
@@ -74,16 +75,24 @@ class Block(Sequential):
 
     Attributes ``norm_1``, ``attn``, ``norm_2``, ``mlp`` are the layers;
     ``attention_branch`` (``norm_1`` then ``attn``) and ``mlp_branch`` the
-    residual branches. ``sliding_window`` (int or None, default None) is the
-    number of keys a query of this block sees (see the module docstring).
+    residual branches. Gemma 2's post-norms (``post_attention_norm``,
+    ``post_mlp_norm``, None otherwise) end their branch:
+    :math:`x' = x + \\mathrm{Norm}_a(\\mathrm{Attn}(\\mathrm{Norm}_1(x)))`,
+    :math:`x'' = x' + \\mathrm{Norm}_m(\\mathrm{MLP}(\\mathrm{Norm}_2(x')))`.
+    ``sliding_window`` (int or None) is the attention's window: query t sees the
+    keys t - w < s <= t (Hugging Face's ``sliding_window``), or the whole causal
+    prefix for None; the masks are built per call ("Masks" in the module docstring).
     """
 
-    sliding_window: int | None = None
-
-    def __init__(self, norm_1, attn, norm_2, mlp) -> None:
+    def __init__(self, norm_1, attn, norm_2, mlp, *, post_attention_norm=None,
+                 post_mlp_norm=None, sliding_window: int | None = None) -> None:
         self.norm_1, self.attn, self.norm_2, self.mlp = norm_1, attn, norm_2, mlp
-        self.attention_branch = Sequential([norm_1, attn])
-        self.mlp_branch = Sequential([norm_2, mlp])
+        self.post_attention_norm, self.post_mlp_norm = post_attention_norm, post_mlp_norm
+        self.sliding_window = sliding_window
+        self.attention_branch = Sequential(
+            [norm_1, attn] + ([post_attention_norm] if post_attention_norm is not None else []))
+        self.mlp_branch = Sequential(
+            [norm_2, mlp] + ([post_mlp_norm] if post_mlp_norm is not None else []))
         super().__init__([Residual(self.attention_branch), Residual(self.mlp_branch)])
 
 
@@ -129,13 +138,15 @@ class Decoder:
     """
 
     def __init__(self, blocks: list[Block], final, *, n_head: int, n_kv_head: int,
-                 dtype) -> None:
+                 dtype, d_model: int | None = None, head_dim: int | None = None) -> None:
+        # blocks: a list, or a sequence that builds them on demand
+        # (lipattn.models.blocks.LazyBlocks, with d_model and head_dim given)
         self.blocks, self.final = blocks, final
         self.n_layer = len(blocks)
         self.n_head, self.n_kv_head = n_head, n_kv_head
         self.dtype = np.dtype(dtype)
-        self.d_model = int(blocks[0].attn.W_Q.shape[0])
-        self.head_dim = self.d_model // n_head
+        self.d_model = int(blocks[0].attn.W_Q.shape[0]) if d_model is None else d_model
+        self.head_dim = self.d_model // n_head if head_dim is None else head_dim
 
     def __repr__(self) -> str:
         parts = [f"n_layer={self.n_layer}", f"d_model={self.d_model}", f"n_head={self.n_head}",

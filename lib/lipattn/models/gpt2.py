@@ -8,8 +8,8 @@ is :math:`\mathrm{gelu\_new}(x W_{fc} + b_{fc}) W_{proj} + b_{proj}` (the tanh
 approximation). Weights are in Conv1D layout, :math:`y = x W + b`.
 
 Not modelled: dropout (inference), ``scale_attn_by_inverse_layer_idx`` and
-``reorder_and_upcast_attn`` (both off in GPT-2's configurations), padding
-masks (every token attends to its causal prefix).
+``reorder_and_upcast_attn`` (both off in GPT-2's configurations; a config.json
+that sets them is refused by :func:`lipattn.models.load`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from .._validate import as_positive_float
-from ..layers import MLP, LayerNorm, MultiHeadAttention
 from ._state import StateDict, check_dtype, check_heads
-from .decoder import Block, Decoder
+from .blocks import Layout, build_block, build_final
+from .decoder import Decoder
 
 __all__ = ["GPT2"]
 
@@ -33,8 +33,10 @@ class GPT2(Decoder):
 
     Attributes (besides :class:`~lipattn.models.decoder.Decoder`'s)
     ------------------------------------------------------------------
-    wte : ndarray, shape (vocab, d)
-    wpe : ndarray, shape (n_positions, d)
+    wte : ndarray or LazyTensor, shape (vocab, d)
+    wpe : ndarray or LazyTensor, shape (n_positions, d)
+        (:func:`lipattn.models.load` keeps them on disk and reads the rows asked for.)
+    model_type : str
     """
 
     @classmethod
@@ -78,28 +80,14 @@ class GPT2(Decoder):
         n_pos = sd.shape_of("wpe.weight")[0]
         wpe = sd.get("wpe.weight", (n_pos, d))
         L = sd.count_layers(r"h\.(\d+)\.")
-        blocks = []
-        for i in range(L):
-            p = f"h.{i}."
-            d_ff = sd.shape_of(p + "mlp.c_fc.weight")[-1]
-            W = sd.get(p + "attn.c_attn.weight", (d, 3 * d))
-            b = sd.get(p + "attn.c_attn.bias", (3 * d,))
-            W_Q, W_K, W_V = (np.ascontiguousarray(W[:, k * d:(k + 1) * d]) for k in range(3))
-            attn = MultiHeadAttention(
-                W_Q, W_K, W_V, sd.get(p + "attn.c_proj.weight", (d, d)),
-                n_head=n_head, b_Q=b[:d], b_K=b[d:2 * d], b_V=b[2 * d:],
-                b_O=sd.get(p + "attn.c_proj.bias", (d,)), mask="causal")
-            mlp = MLP(sd.get(p + "mlp.c_fc.weight", (d, d_ff)),
-                      sd.get(p + "mlp.c_fc.bias", (d_ff,)),
-                      sd.get(p + "mlp.c_proj.weight", (d_ff, d)),
-                      sd.get(p + "mlp.c_proj.bias", (d,)), act="gelu_new")
-            ln = [LayerNorm(sd.get(p + f"{k}.weight", (d,)), sd.get(p + f"{k}.bias", (d,)), eps)
-                  for k in ("ln_1", "ln_2")]
-            blocks.append(Block(ln[0], attn, ln[1], mlp))
-        final = LayerNorm(sd.get("ln_f.weight", (d,)), sd.get("ln_f.bias", (d,)), eps)
+        lay = Layout("gpt2", "gpt2", d, L, n_head, n_head, d // n_head,
+                     sd.shape_of("h.0.mlp.c_fc.weight")[-1], vocab_d[0], eps, "gelu_new",
+                     n_positions=n_pos)
+        blocks = [build_block(lay, sd.get, i) for i in range(L)]
+        final = build_final(lay, sd.get)
         sd.finish()
         model = cls(blocks, final, n_head=n_head, n_kv_head=n_head, dtype=dtype)
-        model.wte, model.wpe, model.eps = wte, wpe, eps
+        model.wte, model.wpe, model.eps, model.model_type = wte, wpe, eps, "gpt2"
         return model
 
     def embed(self, tokens: Any) -> np.ndarray:

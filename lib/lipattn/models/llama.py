@@ -1,4 +1,5 @@
-r"""Llama (Hugging Face ``LlamaModel``) from its state dict, in numpy.
+r"""Llama (Hugging Face ``LlamaModel``) from its state dict, in numpy; the class of
+every RMSNorm / gated-MLP family :func:`lipattn.models.load` reads.
 
 Block: :math:`x' = x + \mathrm{Attn}(\mathrm{RMS}_1(x))`,
 :math:`x'' = x' + \mathrm{MLP}(\mathrm{RMS}_2(x'))`; ``norm`` after the last
@@ -13,11 +14,15 @@ are in ``nn.Linear`` layout (out, in): :math:`y = x W^\top`.
 
 Hugging Face's ``LlamaRMSNorm`` normalises in float32 even in a float64
 model; here everything is float64, so forward passes agree with a float64
-Hugging Face model to about 1e-7, not to float64 rounding.
+Hugging Face model to about 1e-7, not to float64 rounding (to about 1e-15
+once its norms and RoPE tables are kept in float64).
 
-Not modelled: RoPE scaling (``rope_scaling``), ``head_dim`` other than
-``d / n_head``, MLP biases, padding masks. Attention biases
-(``attention_bias=True``) are read when present.
+:meth:`Llama.from_state_dict` builds the plain Llama layout from the numbers
+given (no RoPE scaling, ``head_dim = d / n_head``, no MLP biases); attention
+biases are read when present. :func:`lipattn.models.load` reads the rest of
+the family from ``config.json`` -- llama3 RoPE scaling, ``head_dim``, and the
+Mistral, Qwen 2/3, Gemma 1/2 and Phi-3 options (:mod:`lipattn.models.families`)
+-- and returns a ``Llama`` too, with ``model_type`` set.
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from .._validate import as_positive_float
-from ..layers import GatedMLP, MultiHeadAttention, RMSNorm
 from ._state import StateDict, check_dtype, check_heads
-from .decoder import Block, Decoder
+from .blocks import Layout, build_block, build_final
+from .decoder import Decoder
 from .gpt2 import _check_tokens
 
 __all__ = ["Llama"]
@@ -42,8 +47,12 @@ class Llama(Decoder):
 
     Attributes (besides :class:`~lipattn.models.decoder.Decoder`'s)
     ------------------------------------------------------------------
-    embed_tokens : ndarray, shape (vocab, d)
+    embed_tokens : ndarray or LazyTensor, shape (vocab, d)
+        (:func:`lipattn.models.load` keeps it on disk and reads the rows asked for.)
     rope_theta : float
+    embed_scale : float or None
+        Gemma's :math:`\\sqrt d` (None for the other families).
+    model_type : str
     """
 
     @classmethod
@@ -98,33 +107,25 @@ class Llama(Decoder):
             raise ValueError(f"head_dim = d / n_head = {dh} must be even for RoPE; "
                              f"got d = {d}, n_head = {n_head}")
         emb = sd.get("embed_tokens.weight", vocab_d)
-        dkv = n_kv_head * dh
         L = sd.count_layers(r"layers\.(\d+)\.")
-        blocks = []
-        for i in range(L):
-            p = f"layers.{i}."
-            a = p + "self_attn."
-            d_ff = sd.shape_of(p + "mlp.gate_proj.weight")[0]
-            bias = {k: (sd.get(a + f"{k}_proj.bias", (n,)) if a + f"{k}_proj.bias" in sd
-                        else None) for k, n in (("q", d), ("k", dkv), ("v", dkv), ("o", d))}
-            lin = lambda name, shape: np.ascontiguousarray(sd.get(name, shape).T)  # noqa: E731
-            attn = MultiHeadAttention(
-                lin(a + "q_proj.weight", (d, d)), lin(a + "k_proj.weight", (dkv, d)),
-                lin(a + "v_proj.weight", (dkv, d)), lin(a + "o_proj.weight", (d, d)),
-                n_head=n_head, n_kv_head=n_kv_head, b_Q=bias["q"], b_K=bias["k"], b_V=bias["v"],
-                b_O=bias["o"], mask="causal", rope_theta=rope_theta)
-            mlp = GatedMLP(lin(p + "mlp.gate_proj.weight", (d_ff, d)),
-                           lin(p + "mlp.up_proj.weight", (d_ff, d)),
-                           lin(p + "mlp.down_proj.weight", (d, d_ff)), act="silu")
-            norms = [RMSNorm(sd.get(p + f"{k}.weight", (d,)), eps)
-                     for k in ("input_layernorm", "post_attention_layernorm")]
-            blocks.append(Block(norms[0], attn, norms[1], mlp))
-        final = RMSNorm(sd.get("norm.weight", (d,)), eps)
+        lay = Layout("llama", "llama", d, L, n_head, n_kv_head, dh,
+                     sd.shape_of("layers.0.mlp.gate_proj.weight")[0], vocab_d[0], eps, "silu",
+                     rope_theta=rope_theta)
+        blocks = [build_block(lay, sd.get, i, has=sd.__contains__) for i in range(L)]
+        final = build_final(lay, sd.get)
         sd.finish()
         model = cls(blocks, final, n_head=n_head, n_kv_head=n_kv_head, dtype=dtype)
         model.embed_tokens, model.rope_theta, model.eps = emb, rope_theta, eps
+        model.embed_scale, model.model_type = None, "llama"
         return model
 
     def embed(self, tokens: Any) -> np.ndarray:
-        """``embed_tokens[tokens]``, shape (N, d), for token ids of shape (N,)."""
-        return self.embed_tokens[_check_tokens(tokens, self.embed_tokens.shape[0])]
+        """``embed_tokens[tokens]``, shape (N, d), for token ids of shape (N,).
+
+        Gemma's (``embed_scale`` not None) are multiplied by :math:`\\sqrt d`
+        computed in the model's dtype, as Hugging Face computes it in the hidden
+        states' dtype.
+        """
+        E = self.embed_tokens[_check_tokens(tokens, self.embed_tokens.shape[0])]
+        scale = getattr(self, "embed_scale", None)
+        return E if scale is None else E * scale

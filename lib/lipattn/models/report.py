@@ -187,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     tokens = _tokens(args, parser)
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib (pip install 'lipattn[book]')")
     try:
         model = _load(args.path, np.dtype(args.dtype).type)
         H = model.embed(np.asarray(tokens))
