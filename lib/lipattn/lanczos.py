@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -79,12 +79,24 @@ class LipschitzEstimate:
         lies within ``residual * value`` of ``value`` (at most the requested
         tol). 0 for dense, and when the Lanczos bases span the smaller side of
         the operator or an invariant subspace (exact up to rounding).
+    input_direction, output_direction : ndarray or None
+        The top right and left singular vectors v and u found with ``value``
+        (sigma), unit norm, in the shapes of the map's input and output
+        (:func:`jacobian_norm`; flat vectors from ``golub_kahan``'s core):
+        ``A v = sigma u`` up to rounding and ``|A^T u - sigma v| <= residual *
+        sigma``; when A has fewer rows than columns the iteration runs on
+        A^T and the two relations swap (``A^T u = sigma v`` up to rounding,
+        ``|A v - sigma u| <= residual * sigma``). None where not computed
+        (``method="dense"``). Their common sign is arbitrary. Not compared by
+        ``==``.
     """
 
     value: float
     method: str
     products: int
     residual: float = 0.0
+    input_direction: np.ndarray | None = field(default=None, compare=False, repr=False)
+    output_direction: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 class ConvergenceError(RuntimeError):
@@ -221,7 +233,8 @@ def golub_kahan_norm(op: Any, tol: float = 1e-10, seed: int = 0,
 def _golub_kahan(op: LinearOperator, tol: float, seed: int, max_steps: Any) -> LipschitzEstimate:
     m, n = op.shape
     mv, rmv, names = op.matvec, op.rmatvec, ("matvec", "rmatvec")
-    if n > m:  # start on the smaller side: run on A^T
+    swapped = n > m
+    if swapped:  # start on the smaller side: run on A^T
         mv, rmv, names, m, n = rmv, mv, names[::-1], n, m
     cap = min(m, n)
     if max_steps is not None:
@@ -236,13 +249,31 @@ def _golub_kahan(op: LinearOperator, tol: float, seed: int, max_steps: Any) -> L
     V[0] = v / _norm(v)
     scale = 0.0
     products, sigma, res = 0, 0.0, np.inf
+
+    def done(B: np.ndarray, k_u: int, k_v: int, residual: float) -> LipschitzEstimate:
+        # the top singular triplet B y = s x of the small bidiagonal gives
+        # v = V y, u = U x with A v = s u (see the module docstring)
+        X_, s_, Yt = np.linalg.svd(B)
+        right, left = V[:k_v].T @ Yt[0], U[:k_u].T @ X_[:, 0]
+        right /= _norm(right)
+        left /= _norm(left)
+        if swapped:
+            right, left = left, right
+        return LipschitzEstimate(float(s_[0]) * scale, "lanczos", products, residual,
+                                 right, left)
+
     for k in range(cap):
         u = _product(mv, V[k], m, names[0])
         products += 1
         if scale == 0.0:
             scale = _norm(u)
             if scale == 0.0:   # A v = 0 for a random v: A = 0 with probability 1
-                return LipschitzEstimate(0.0, "lanczos", products, 0.0)
+                left = np.zeros(m)
+                left[0] = 1.0   # any unit vector: A v = 0 u
+                right = V[0].copy()
+                if swapped:
+                    right, left = left, right
+                return LipschitzEstimate(0.0, "lanczos", products, 0.0, right, left)
         u /= scale
         if k:
             u -= betas[k - 1] * U[k - 1]
@@ -252,8 +283,7 @@ def _golub_kahan(op: LinearOperator, tol: float, seed: int, max_steps: Any) -> L
             # invariant subspace: U_k^T A = [B_{k-1}, beta_k e_{k-1}] V_k^T exactly
             B = np.diag(alphas[:k]) + np.diag(betas[:k - 1], 1)
             B = np.column_stack([B, np.eye(k)[:, -1] * betas[k - 1]])
-            sigma = float(np.linalg.svd(B, compute_uv=False)[0])
-            return LipschitzEstimate(sigma * scale, "lanczos", products, 0.0)
+            return done(B, k, k + 1, 0.0)
         U[k] = u / alpha
         alphas[k] = alpha
         w = _product(rmv, U[k], n, names[1]) / scale
@@ -268,12 +298,12 @@ def _golub_kahan(op: LinearOperator, tol: float, seed: int, max_steps: Any) -> L
         sigma = float(s_[0])
         res = beta * abs(float(X_[-1, 0])) / sigma
         if res <= tol:
-            return LipschitzEstimate(sigma * scale, "lanczos", products, res)
+            return done(B, k + 1, k + 1, float(res))
         if full and k == cap - 1:   # V spans the smaller side: exact up to rounding
-            return LipschitzEstimate(sigma * scale, "lanczos", products, 0.0)
+            return done(B, k + 1, k + 1, 0.0)
         if beta == 0.0:
             # invariant Krylov subspace: the Ritz values are exact singular values
-            return LipschitzEstimate(sigma * scale, "lanczos", products, 0.0)
+            return done(B, k + 1, k + 1, 0.0)
         betas[k] = beta
         V[k + 1] = w / beta
     raise ConvergenceError(
@@ -373,8 +403,12 @@ def jacobian_norm(jvp: Callable, vjp: Callable, shape: Any, *, out_shape: Any = 
     Returns
     -------
     LipschitzEstimate
-        ``value`` (exact up to tol), ``method="lanczos"``, ``products`` and the
-        certified ``residual``.
+        ``value`` (exact up to tol), ``method="lanczos"``, ``products``, the
+        certified ``residual``, and the singular vectors ``input_direction``
+        (shape ``shape``) and ``output_direction`` (shape ``out_shape``), unit
+        norm: ``jvp(input_direction) = value * output_direction`` to within
+        ``residual * value`` (exactly, up to rounding, unless ``out_shape`` has
+        fewer entries than ``shape``; then the adjoint relation is the exact one).
 
     Raises
     ------
@@ -388,4 +422,6 @@ def jacobian_norm(jvp: Callable, vjp: Callable, shape: Any, *, out_shape: Any = 
     shape = _check_shape(shape, "shape")
     out_shape = shape if out_shape is None else _check_shape(out_shape, "out_shape")
     op = JacobianOperator(jvp, vjp, shape, out_shape)
-    return _golub_kahan(op, _check_tol(tol), _check_seed(seed), None)
+    est = _golub_kahan(op, _check_tol(tol), _check_seed(seed), None)
+    return replace(est, input_direction=est.input_direction.reshape(shape),
+                   output_direction=est.output_direction.reshape(out_shape))

@@ -7,8 +7,17 @@
 - :class:`GPT2` (:mod:`~lipattn.models.gpt2`) and :class:`Llama`
   (:mod:`~lipattn.models.llama`): ``from_state_dict``, ``embed``, ``forward``,
   ``jvp``, ``vjp``, and exact local Lipschitz constants of any range of blocks
-  (``local_lipschitz``), of each sublayer (``sublayer_lipschitz``) and of each
-  head (``head_lipschitz``);
+  (``local_lipschitz``), of each sublayer (``sublayer_lipschitz``), of each
+  head (``head_lipschitz``) and of one output row (``row_lipschitz``); their
+  ``_info`` variants add the certificate and the top singular vectors
+  (``input_direction``, ``output_direction``; ``token_sensitivity`` is the
+  first one's norm per token); every method takes ``attention_mask``
+  (padding, as Hugging Face's) and the constants a ``seed``;
+- :mod:`~lipattn.models.masks`: the causal, sliding-window and padding masks,
+  built once, as Hugging Face's masking utilities build them;
+- ``python -m lipattn.models report PATH --tokens 1,2,3``
+  (:mod:`~lipattn.models.report`): the per-layer table of a checkpoint's
+  constants, with a progress bar and an optional figure;
 - :class:`Decoder` and :class:`Block` (:mod:`~lipattn.models.decoder`): the
   pre-norm stack they share;
 - :func:`random_state_dict` (:mod:`~lipattn.models.init`): random state dicts

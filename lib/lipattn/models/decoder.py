@@ -28,17 +28,41 @@ float64. The products then carry relative errors of about 1e-7, so constants
 are accurate to about 1e-6 relative: a float32 model raises every ``tol`` below
 1e-5 to 1e-5 (the certified residual is reported in
 :meth:`Decoder.local_lipschitz_info`).
+
+Masks
+-----
+Every method takes ``attention_mask`` (shape (N,), 1 for a real token, 0 for
+padding; Hugging Face's convention: padded *keys* are masked, padded queries
+are computed and are part of the map). Each block's attention mask is causal,
+restricted to the block's ``sliding_window`` (an int or None; a query sees
+itself and the ``sliding_window - 1`` keys before it) and to the real keys,
+built per call by :func:`lipattn.models.masks.attention_mask_matrix` on
+shallow copies of the blocks (the model is never changed, so calls may
+interleave). A padded query with no real key to attend to (left padding) is
+an error, see :mod:`lipattn.models.masks`.
+
+Singular vectors and the per-token view
+---------------------------------------
+The ``_info`` methods return :class:`lipattn.lanczos.LipschitzEstimate`'s
+whose ``input_direction`` v and ``output_direction`` u, shape (N, d) each and
+unit norm, satisfy :math:`J v = \sigma u` (to the certified residual): v is
+the most sensitive perturbation of the hidden states and u the response.
+:meth:`Decoder.token_sensitivity` is the norm of v per token, and
+:meth:`Decoder.row_lipschitz` the constant of the map to one output row (one
+token's output, e.g. the last one, which predicts the next token).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
 
-from .._validate import as_bool, as_int_at_least, as_real_array
+from .._validate import as_bool, as_int_at_least, as_real_array, as_seed
 from ..lanczos import LipschitzEstimate, _check_tol, jacobian_norm
-from ..layers import Residual, Sequential
+from ..layers import MultiHeadAttention, Residual, Sequential
+from .masks import attention_mask_matrix, check_attention_mask
 
 __all__ = ["Block", "Decoder"]
 
@@ -57,7 +81,7 @@ class Block(Sequential):
     :math:`x'' = x' + \\mathrm{Norm}_m(\\mathrm{MLP}(\\mathrm{Norm}_2(x')))`.
     ``sliding_window`` (int or None) is the attention's window: query t sees the
     keys t - w < s <= t (Hugging Face's ``sliding_window``), or the whole causal
-    prefix for None.
+    prefix for None; the masks are built per call ("Masks" in the module docstring).
     """
 
     def __init__(self, norm_1, attn, norm_2, mlp, *, post_attention_norm=None,
@@ -70,6 +94,34 @@ class Block(Sequential):
         self.mlp_branch = Sequential(
             [norm_2, mlp] + ([post_mlp_norm] if post_mlp_norm is not None else []))
         super().__init__([Residual(self.attention_branch), Residual(self.mlp_branch)])
+
+
+def _with_mask(obj: Any, mask: np.ndarray, memo: dict) -> Any:
+    """A shallow copy of a layer tree whose attention layers carry ``mask``.
+
+    Containers (Sequential, Residual, Block and their subclasses) are copied
+    with their attributes remapped through ``memo``, so that a layer reachable
+    along several paths (``block.attn`` and ``block.attention_branch``) has one
+    copy; weights are shared, nothing of the original is changed.
+    """
+    key = id(obj)
+    if key in memo:
+        return memo[key]
+    if isinstance(obj, MultiHeadAttention):
+        new = copy.copy(obj)
+        new.mask = mask
+        memo[key] = new
+        return new
+    if not isinstance(obj, (Sequential, Residual)):
+        return obj
+    new = copy.copy(obj)
+    memo[key] = new
+    for name, value in vars(obj).items():
+        if isinstance(value, list):
+            setattr(new, name, [_with_mask(x, mask, memo) for x in value])
+        elif isinstance(value, (MultiHeadAttention, Sequential, Residual)):
+            setattr(new, name, _with_mask(value, mask, memo))
+    return new
 
 
 class Decoder:
@@ -95,6 +147,23 @@ class Decoder:
         self.dtype = np.dtype(dtype)
         self.d_model = int(blocks[0].attn.W_Q.shape[0]) if d_model is None else d_model
         self.head_dim = self.d_model // n_head if head_dim is None else head_dim
+
+    def __repr__(self) -> str:
+        parts = [f"n_layer={self.n_layer}", f"d_model={self.d_model}", f"n_head={self.n_head}",
+                 f"n_kv_head={self.n_kv_head}", f"head_dim={self.head_dim}"]
+        model_type = getattr(self, "model_type", None)
+        if model_type is not None:
+            parts.insert(0, f"model_type={model_type!r}")
+        # the windows without building lazily loaded blocks: from load's layout, or the list
+        if isinstance(self.blocks, list):
+            windows = [getattr(b, "sliding_window", None) for b in self.blocks]
+        else:
+            windows = list(getattr(getattr(self, "layout", None), "sliding_windows", ()))
+        if any(w is not None for w in windows):
+            parts.append("sliding_window="
+                         + (repr(windows[0]) if len(set(windows)) == 1 else repr(windows)))
+        parts.append(f"dtype={self.dtype.name}")
+        return f"{type(self).__name__}({', '.join(parts)})"
 
     # -- validation -------------------------------------------------------------
     def _check_H(self, H: Any, name: str = "H") -> np.ndarray:
@@ -124,19 +193,51 @@ class Decoder:
         tol = _check_tol(tol)
         return max(tol, FLOAT32_TOL) if self.dtype == np.float32 else tol
 
-    def _map(self, start: int, stop: int, final_norm: bool) -> Sequential:
-        return Sequential(self.blocks[start:stop] + ([self.final] if final_norm else []))
+    def _block(self, i: int, N: int, pad: np.ndarray | None) -> Block:
+        """Block i for N tokens: itself, or a masked copy (padding, a window shorter than N)."""
+        block = self.blocks[i]
+        window = getattr(block, "sliding_window", None)
+        if pad is None and (window is None or window >= N):
+            return block
+        mask = attention_mask_matrix(N, attention_mask=pad, sliding_window=window)
+        return _with_mask(block, mask, {})
 
-    def _norm(self, layer, X: np.ndarray, tol: float) -> LipschitzEstimate:
+    def _map(self, start: int, stop: int, final_norm: bool, N: int,
+             pad: np.ndarray | None) -> Sequential:
+        return Sequential([self._block(i, N, pad) for i in range(start, stop)]
+                          + ([self.final] if final_norm else []))
+
+    def _norm(self, layer, X: np.ndarray, tol: float, seed: int,
+              row: int | None = None) -> LipschitzEstimate:
+        """Lanczos on ``layer`` at X (or on its output row ``row`` alone)."""
         Y, state = layer.forward(X)
         dt = self.dtype
-        return jacobian_norm(lambda E: layer.jvp(state, E.astype(dt, copy=False)),
-                             lambda G: layer.vjp(state, G.astype(dt, copy=False)),
-                             X.shape, out_shape=Y.shape, tol=tol)
+        jvp = lambda E: layer.jvp(state, E.astype(dt, copy=False))  # noqa: E731
+        vjp = lambda G: layer.vjp(state, G.astype(dt, copy=False))  # noqa: E731
+        out_shape = Y.shape
+        if row is not None:
+            full_jvp, full_vjp, out_shape = jvp, vjp, Y.shape[1:]
+
+            def jvp(E):
+                return full_jvp(E)[row]
+
+            def vjp(g):
+                G = np.zeros(Y.shape, dtype=dt)
+                G[row] = g
+                return full_vjp(G)
+        return jacobian_norm(jvp, vjp, X.shape, out_shape=out_shape, tol=tol, seed=seed)
+
+    def _setup(self, H: Any, attention_mask: Any, tol: Any = None,
+               seed: Any = 0) -> tuple[np.ndarray, np.ndarray | None, float | None, int]:
+        H = self._check_H(H)
+        pad = check_attention_mask(attention_mask, H.shape[0])
+        tol = None if tol is None else self._tol(tol)
+        seed = as_seed(seed)
+        return H, pad, tol, seed
 
     # -- the public API -----------------------------------------------------------
     def forward(self, H: Any, *, start: int = 0, stop: int | None = None,
-                final_norm: bool = False) -> np.ndarray:
+                final_norm: bool = False, attention_mask: Any = None) -> np.ndarray:
         """Blocks ``start..stop-1`` applied to hidden states H, then the final norm if asked.
 
         Parameters
@@ -148,43 +249,58 @@ class Decoder:
             ``0 <= start <= stop <= n_layer``; ``stop=None`` means ``n_layer``.
         final_norm : bool
             Apply ``ln_f`` / ``norm`` at the end.
+        attention_mask : array_like, shape (N,), optional
+            1 for a real token, 0 for padding (Hugging Face's convention:
+            padded keys are masked; see "Masks" in the module docstring).
+            Default: every token is real.
 
         Returns
         -------
         ndarray, shape (N, d), in the model's dtype
         """
-        H = self._check_H(H)
-        return self._map(*self._range(start, stop, final_norm)).forward(H)[0]
+        H, pad, _, _ = self._setup(H, attention_mask)
+        return self._map(*self._range(start, stop, final_norm), H.shape[0], pad).forward(H)[0]
 
-    def _product(self, H: Any, V: Any, name: str, start, stop, final_norm, adjoint: bool):
-        H = self._check_H(H)
+    def _product(self, H: Any, V: Any, name: str, start, stop, final_norm, attention_mask,
+                 adjoint: bool):
+        H, pad, _, _ = self._setup(H, attention_mask)
         V = self._check_H(V, name)
         if V.shape != H.shape:
             raise ValueError(f"{name} must have the shape of H, {H.shape}; got shape {V.shape}")
-        layer = self._map(*self._range(start, stop, final_norm))
+        layer = self._map(*self._range(start, stop, final_norm), H.shape[0], pad)
         state = layer.forward(H)[1]
         return layer.vjp(state, V) if adjoint else layer.jvp(state, V)
 
     def jvp(self, H: Any, E: Any, *, start: int = 0, stop: int | None = None,
-            final_norm: bool = False) -> np.ndarray:
+            final_norm: bool = False, attention_mask: Any = None) -> np.ndarray:
         """The Jacobian-vector product of :meth:`forward` at H in the direction E, (N, d)."""
-        return self._product(H, E, "E", start, stop, final_norm, adjoint=False)
+        return self._product(H, E, "E", start, stop, final_norm, attention_mask, adjoint=False)
 
     def vjp(self, H: Any, G: Any, *, start: int = 0, stop: int | None = None,
-            final_norm: bool = False) -> np.ndarray:
+            final_norm: bool = False, attention_mask: Any = None) -> np.ndarray:
         """The vector-Jacobian product (adjoint) of :meth:`forward` at H, (N, d) -> (N, d)."""
-        return self._product(H, G, "G", start, stop, final_norm, adjoint=True)
+        return self._product(H, G, "G", start, stop, final_norm, attention_mask, adjoint=True)
 
     def local_lipschitz_info(self, H: Any, *, start: int = 0, stop: int | None = None,
-                             final_norm: bool = False,
-                             tol: float = 1e-10) -> LipschitzEstimate:
-        """:meth:`local_lipschitz` with the number of products and the certified residual."""
-        H = self._check_H(H)
-        layer = self._map(*self._range(start, stop, final_norm))
-        return self._norm(layer, H, self._tol(tol))
+                             final_norm: bool = False, attention_mask: Any = None,
+                             tol: float = 1e-10, seed: int = 0) -> LipschitzEstimate:
+        """:meth:`local_lipschitz` with its certificate and singular vectors.
+
+        Returns
+        -------
+        LipschitzEstimate
+            ``value``, ``products``, the certified relative ``residual``, and
+            ``input_direction`` v, ``output_direction`` u, each of shape (N, d)
+            and unit norm (Frobenius), with :meth:`jvp` (H, v) = value * u (to
+            the residual): v is the most sensitive perturbation of H.
+        """
+        H, pad, tol, seed = self._setup(H, attention_mask, tol, seed)
+        layer = self._map(*self._range(start, stop, final_norm), H.shape[0], pad)
+        return self._norm(layer, H, tol, seed)
 
     def local_lipschitz(self, H: Any, *, start: int = 0, stop: int | None = None,
-                        final_norm: bool = False, tol: float = 1e-10) -> float:
+                        final_norm: bool = False, attention_mask: Any = None,
+                        tol: float = 1e-10, seed: int = 0) -> float:
         r"""The exact local Lipschitz constant of :meth:`forward`'s map at H.
 
         :math:`\|D F(H)\|_2` for F = blocks ``start..stop-1`` (then the final norm
@@ -195,27 +311,112 @@ class Decoder:
         Parameters
         ----------
         H : array_like, shape (N, d)
-        start, stop, final_norm
+        start, stop, final_norm, attention_mask
             As in :meth:`forward`.
         tol : float, default 1e-10
             Relative residual tolerance in [1e-14, 1) (at least 1e-5 for a
             float32 model, see the module docstring).
+        seed : int, default 0
+            Seed (>= 0) of Lanczos's random start.
 
         Returns
         -------
         float
             Exact up to the relative tolerance tol (a singular value lies within
-            tol of it; that it is the largest rests on the random start).
+            tol of it; that it is the largest rests on the random start: another
+            ``seed`` gives the same value to within tol).
         """
         return self.local_lipschitz_info(H, start=start, stop=stop, final_norm=final_norm,
-                                         tol=tol).value
+                                         attention_mask=attention_mask, tol=tol,
+                                         seed=seed).value
 
-    def block_input(self, H: Any, layer: int) -> np.ndarray:
+    def token_sensitivity(self, H: Any, *, start: int = 0, stop: int | None = None,
+                          final_norm: bool = False, attention_mask: Any = None,
+                          tol: float = 1e-10, seed: int = 0) -> np.ndarray:
+        """The norm per token of the most sensitive input direction, shape (N,).
+
+        ``numpy.linalg.norm(info.input_direction, axis=1)`` for ``info =``
+        :meth:`local_lipschitz_info` (same arguments): how much of the
+        perturbation of H that the map amplifies most sits on each token. The
+        squares sum to 1.
+        """
+        info = self.local_lipschitz_info(H, start=start, stop=stop, final_norm=final_norm,
+                                         attention_mask=attention_mask, tol=tol, seed=seed)
+        return np.linalg.norm(info.input_direction, axis=1)
+
+    def _row(self, row: Any, N: int) -> int:
+        if isinstance(row, bool) or not isinstance(row, (int, np.integer)):
+            raise TypeError(f"row must be an integer token position; got {type(row).__name__}")
+        if not -N <= row < N:
+            raise ValueError(f"row must be in [-N, N) = [{-N}, {N}) (negative counts from "
+                             f"the end, as in numpy); got {row}")
+        return int(row) % N
+
+    def row_lipschitz_info(self, H: Any, row: int, *, start: int = 0, stop: int | None = None,
+                           final_norm: bool = False, attention_mask: Any = None,
+                           tol: float = 1e-10, seed: int = 0) -> LipschitzEstimate:
+        """:meth:`row_lipschitz` with its certificate and singular vectors.
+
+        ``input_direction`` has shape (N, d) (zero after ``row``: causal),
+        ``output_direction`` shape (d,). The map has fewer outputs than inputs,
+        so Lanczos runs on its adjoint: ``vjp`` of u is ``value * v`` up to
+        rounding, and ``J v = value * u`` to the certified residual.
+        """
+        H, pad, tol, seed = self._setup(H, attention_mask, tol, seed)
+        row = self._row(row, H.shape[0])
+        layer = self._map(*self._range(start, stop, final_norm), H.shape[0], pad)
+        return self._norm(layer, H, tol, seed, row=row)
+
+    def row_lipschitz(self, H: Any, row: int, *, start: int = 0, stop: int | None = None,
+                      final_norm: bool = False, attention_mask: Any = None,
+                      tol: float = 1e-10, seed: int = 0) -> float:
+        r"""The exact local constant of the map from H to one output row (one token's output).
+
+        :math:`\|D F(H)_{r,:}\|_2` for :math:`F` as in :meth:`local_lipschitz`:
+        the spectral norm of the (d, N d) block of rows of the Jacobian that
+        belong to output token ``row`` (``row=-1``: the last token, the one
+        that predicts the next). At most :meth:`local_lipschitz`.
+
+        Parameters
+        ----------
+        H : array_like, shape (N, d)
+        row : int
+            Token position in [-N, N) (negative counts from the end).
+        start, stop, final_norm, attention_mask, tol, seed
+            As in :meth:`local_lipschitz`.
+
+        Returns
+        -------
+        float
+            Exact up to tol.
+        """
+        return self.row_lipschitz_info(H, row, start=start, stop=stop, final_norm=final_norm,
+                                       attention_mask=attention_mask, tol=tol, seed=seed).value
+
+    def block_input(self, H: Any, layer: int, *, attention_mask: Any = None) -> np.ndarray:
         """The residual stream entering block ``layer`` from H entering block 0."""
-        return self.forward(H, stop=self._layer_index(layer))
+        return self.forward(H, stop=self._layer_index(layer), attention_mask=attention_mask)
+
+    def sublayer_lipschitz_info(self, H: Any, layer: int, *, branch: str = "attention",
+                                residual: bool = False, attention_mask: Any = None,
+                                tol: float = 1e-10, seed: int = 0) -> LipschitzEstimate:
+        """:meth:`sublayer_lipschitz` with its certificate and singular vectors ((N, d) each)."""
+        H, pad, tol, seed = self._setup(H, attention_mask, tol, seed)
+        block = self._block(self._layer_index(layer), H.shape[0], pad)
+        if branch not in ("attention", "mlp"):
+            raise ValueError(f"branch must be 'attention' or 'mlp'; got {branch!r}")
+        residual = as_bool(residual, "residual")
+        X = H
+        if branch == "mlp":
+            X = block.layers[0].forward(H)[0]
+            f = block.mlp_branch
+        else:
+            f = block.attention_branch
+        return self._norm(Residual(f) if residual else f, X, tol, seed)
 
     def sublayer_lipschitz(self, H: Any, layer: int, *, branch: str = "attention",
-                           residual: bool = False, tol: float = 1e-10) -> float:
+                           residual: bool = False, attention_mask: Any = None,
+                           tol: float = 1e-10, seed: int = 0) -> float:
         r"""Exact local constant of one branch of block ``layer``, with or without the residual.
 
         ``H`` is the residual stream *entering block* ``layer`` (see
@@ -224,29 +425,37 @@ class Decoder:
         (``residual=True``: :math:`x + \dots`). ``branch="mlp"``:
         :math:`x' \mapsto \mathrm{MLP}(\mathrm{Norm}_2(x'))` at the stream
         :math:`x' = H + \mathrm{Attn}(\mathrm{Norm}_1(H))` between the two
-        sublayers (``residual=True``: :math:`x' + \dots`).
+        sublayers (``residual=True``: :math:`x' + \dots`). ``attention_mask``,
+        ``tol`` and ``seed`` as in :meth:`local_lipschitz`.
 
         Returns
         -------
         float
             Exact up to tol, as in :meth:`local_lipschitz`.
         """
-        H = self._check_H(H)
-        block = self.blocks[self._layer_index(layer)]
-        if branch not in ("attention", "mlp"):
-            raise ValueError(f"branch must be 'attention' or 'mlp'; got {branch!r}")
-        residual = as_bool(residual, "residual")
-        tol = self._tol(tol)
-        X = H
-        if branch == "mlp":
-            X = block.layers[0].forward(H)[0]
-            f = block.mlp_branch
-        else:
-            f = block.attention_branch
-        return self._norm(Residual(f) if residual else f, X, tol).value
+        return self.sublayer_lipschitz_info(H, layer, branch=branch, residual=residual,
+                                            attention_mask=attention_mask, tol=tol,
+                                            seed=seed).value
+
+    def head_lipschitz_info(self, H: Any, layer: int, *, include_norm: bool = True,
+                            attention_mask: Any = None, tol: float = 1e-10,
+                            seed: int = 0) -> list[LipschitzEstimate]:
+        """:meth:`head_lipschitz` with certificates and singular vectors: one
+        :class:`~lipattn.lanczos.LipschitzEstimate` per head (directions (N, d))."""
+        H, pad, tol, seed = self._setup(H, attention_mask, tol, seed)
+        block = self._block(self._layer_index(layer), H.shape[0], pad)
+        include_norm = as_bool(include_norm, "include_norm")
+        X = H if include_norm else block.norm_1.forward(H)[0]
+        out = []
+        for i in range(self.n_head):
+            head = block.attn.head(i)
+            f = Sequential([block.norm_1, head]) if include_norm else head
+            out.append(self._norm(f, X, tol, seed))
+        return out
 
     def head_lipschitz(self, H: Any, layer: int, *, include_norm: bool = True,
-                       tol: float = 1e-10) -> np.ndarray:
+                       attention_mask: Any = None, tol: float = 1e-10,
+                       seed: int = 0) -> np.ndarray:
         r"""Exact local constants of every attention head of block ``layer``, shape (n_head,).
 
         Head i's map is its contribution :math:`P_i V_{i'} W_O^{(i)}` to the
@@ -255,16 +464,9 @@ class Decoder:
         :math:`b_O`. With ``include_norm`` (default) it is taken as a function
         of the stream H entering the block (through :math:`\mathrm{Norm}_1`);
         otherwise of the attention's input :math:`\mathrm{Norm}_1(H)`. Each head
-        is computed at its own size (d x d_head weights).
+        is computed at its own size (d x d_head weights). ``attention_mask``,
+        ``tol`` and ``seed`` as in :meth:`local_lipschitz`.
         """
-        H = self._check_H(H)
-        block = self.blocks[self._layer_index(layer)]
-        include_norm = as_bool(include_norm, "include_norm")
-        tol = self._tol(tol)
-        X = H if include_norm else block.norm_1.forward(H)[0]
-        out = np.empty(self.n_head)
-        for i in range(self.n_head):
-            head = block.attn.head(i)
-            f = Sequential([block.norm_1, head]) if include_norm else head
-            out[i] = self._norm(f, X, tol).value
-        return out
+        return np.array([e.value for e in self.head_lipschitz_info(
+            H, layer, include_norm=include_norm, attention_mask=attention_mask, tol=tol,
+            seed=seed)])
