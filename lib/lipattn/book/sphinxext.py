@@ -372,8 +372,8 @@ def _figure_meta(path: Path) -> dict[str, str] | None:
             size = im.size
     except OSError:
         return None
-    if "lipattn:css-width" not in text:
-        return None
+    if "lipattn:css-width" not in text or "lipattn:min-text-px" not in text:
+        return None  # not drawn by lipattn.book.plotting, or before it measured glyphs
     text["size"] = f"{size[0]}x{size[1]}"
     return text
 
@@ -409,7 +409,7 @@ def _figures(page: str, page_dir: Path) -> str:
         w_px, h_px = (int(v) for v in meta["size"].split("x"))
         css_w = int(meta["lipattn:css-width"])
         css_h = round(h_px * css_w / w_px)
-        font = float(meta["lipattn:min-font-px"])
+        font = float(meta["lipattn:min-text-px"])
         alt = re.search(r'alt="([^"]*)"', attrs)
         if alt is None or alt.group(1).endswith(".png"):
             attrs = re.sub(r'\s*alt="[^"]*"', "", attrs)
@@ -432,7 +432,7 @@ def _figures(page: str, page_dir: Path) -> str:
                 nw_px, nh_px = im.size
             n_w = int(meta["lipattn:narrow-css-width"])
             n_h = round(nh_px * n_w / nw_px)
-            n_font = float(meta["lipattn:narrow-min-font-px"])
+            n_font = float(meta["lipattn:narrow-min-text-px"])
             phone = plotting.phone_min_width(n_w, n_font)
             narrow = (f'<source media="(max-width: {_PHONE_MAX}px)" srcset="{nsrc}" '
                       f'width="{n_w}" height="{n_h}">')
