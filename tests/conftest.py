@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import re
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -17,3 +20,31 @@ def built_html() -> Path:
     if not (HTML / "index.html").exists():
         pytest.fail("the book is not built: run `make html` first (make test does)")
     return HTML
+
+
+def drawn_glyph_pt(fig, hidden=()) -> float:
+    """The smallest glyph ``fig`` draws, in points, read from the SVG that
+    matplotlib writes for it (text kept as text: every glyph's font size,
+    sub- and superscripts included), independently of
+    :func:`lipattn.book.plotting.smallest_glyph_pt`. Radical signs and
+    combining accents (sized to fit) are left out. ``hidden``: animated artists
+    (an explorer's), drawn for the measurement."""
+    import matplotlib
+
+    for a in hidden:
+        a.set_animated(False)
+    try:
+        buf = io.StringIO()
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            fig.savefig(buf, format="svg")
+    finally:
+        for a in hidden:
+            a.set_animated(True)
+    sizes = []
+    for attrs, body in re.findall(r"<(?:tspan|text)\b([^>]*)>([^<]*)<", buf.getvalue()):
+        size = re.search(r"font(?:-size)?:\s*([\d.]+)px", attrs)
+        glyphs = [ch for ch in body.strip() if ch != "\u221a" and not unicodedata.combining(ch)]
+        if size and glyphs:
+            sizes.append(float(size.group(1)))
+    assert sizes, "no text found in the SVG"
+    return min(sizes)

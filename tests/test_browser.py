@@ -350,7 +350,10 @@ def test_reading_experience(fresh, server, built_html, page, width):
     assert cls <= MAX_LAYOUT_SHIFT, (f"cumulative layout shift {cls:.3f}: "
                                      f"{driver.execute_script('return window.__lpShifts')}")
 
-    # figures: every image in the text is one of ours, with legible text
+    # figures and explorer frames: every image in the text is one of ours, and
+    # its smallest glyph as drawn (sub- and superscripts included, measured by
+    # lipattn.book.plotting when it was drawn), scaled to the width the page
+    # shows it at, is at least 11 px on the desktop and 9 px on a phone
     sizes = driver.execute_script(
         "const phone = matchMedia('(max-width: 600px)').matches;"
         "return Array.from(document.querySelectorAll('main img')).map(i => {"

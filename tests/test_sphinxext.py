@@ -82,6 +82,127 @@ def test_a_change_to_the_watched_library_re_executes_the_notebook(tmp_path: Path
     assert 'src="_static/mathjax/es5/tex-chtml.js' in page
 
 
+def _sphinx(src: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", str(src), str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+    )
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _typesets(out: Path, page: str) -> None:
+    """The page loads MathJax from a file of the site that is the whole
+    subset (combined component and its fonts), and holds its formulas."""
+    import re
+
+    import mathjax
+
+    from lipattn.book.sphinxext import MATHJAX_FILES
+
+    html = (out / page).read_text(encoding="utf-8")
+    srcs = re.findall(r'<script[^>]+src="([^"?]*mathjax[^"?]*)', html)
+    assert srcs == ["_static/mathjax/es5/tex-chtml.js"], srcs
+    dist = Path(mathjax.__file__).parent / "static" / "mathjax"
+    assert (out / srcs[0]).read_bytes() == (dist / "es5" / "tex-chtml.js").read_bytes()
+    root = out / "_static" / "mathjax"
+    for rel in MATHJAX_FILES:  # each file, and each folder with all its files
+        want = (dist / rel).rglob("*") if (dist / rel).is_dir() else [dist / rel]
+        for f in want:
+            if f.is_file():
+                assert (root / f.relative_to(dist)).is_file(), f.relative_to(dist)
+    assert r"\(x^2 + 1\)" in html and r"\sum_{i=1}^n" in html
+
+
+def test_a_second_build_and_an_interrupted_one_leave_a_complete_site(tmp_path: Path):
+    """`make html` twice, `make test` then `make book`: the second build has
+    nothing out of date, so Sphinx copies no static files; the site must still
+    have its MathJax, unchanged. A build stopped after writing its pages
+    (Ctrl-C) is finished by the next one, although Sphinx finds nothing out of
+    date, and a damaged MathJax copy is repaired by a build with nothing to do."""
+    src = tmp_path / "book"
+    src.mkdir()
+    (src / "conf.py").write_text(textwrap.dedent("""
+        import os
+        extensions = ["myst_nb", "lipattn.book.sphinxext"]
+        myst_enable_extensions = ["dollarmath"]
+        lipattn_watch = []
+        exclude_patterns = ["_build"]
+
+        def _stop(app):
+            raise KeyboardInterrupt  # as Ctrl-C would
+
+        def setup(app):  # a stop after the pages, before the search index
+            if os.environ.get("LP_STOP"):
+                app.connect("html-collect-pages", _stop)
+    """))
+    (src / "index.md").write_text("# Index\n\n```{toctree}\npage\n```\n")
+    (src / "page.md").write_text("# Page\n\nInline $x^2 + 1$ and\n\n$$\n\\sum_{i=1}^n i\n$$\n")
+    out = src / "_build" / "html"
+    mathjax = out / "_static" / "mathjax"
+
+    first = _sphinx(src, out)
+    assert first.returncode == 0, first.stderr
+    _typesets(out, "page.html")
+    site = _files(out)
+    subset = _files(src / "_build" / "lipattn-mathjax" / "mathjax")
+    assert _files(mathjax) == subset and len(subset) > 50
+
+    second = _sphinx(src, out)  # nothing changed: Sphinx writes and copies nothing
+    assert second.returncode == 0, second.stderr
+    assert "no targets are out of date" in second.stdout, second.stdout[-2000:]
+    assert _files(out) == site  # the site is exactly as the first build left it
+    _typesets(out, "page.html")
+
+    # A build stopped by Ctrl-C after writing the pages, before the search
+    # index: for Sphinx the next build has nothing to do, and the index would
+    # stay stale; the extension has it written again.
+    (src / "page.md").write_text((src / "page.md").read_text() + "\nZanzibar.\n")
+    stopped = _sphinx(src, out, LP_STOP="1")
+    assert stopped.returncode != 0 and "Interrupted" in stopped.stderr, stopped.stderr
+    assert "Zanzibar" in (out / "page.html").read_text()
+    assert "zanzibar" not in (out / "searchindex.js").read_text()
+    resumed = _sphinx(src, out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "no targets are out of date" not in resumed.stdout
+    assert "zanzibar" in (out / "searchindex.js").read_text()
+    _typesets(out, "page.html")
+    assert _files(mathjax) == subset
+
+    # A damaged copy (a font missing, a file of an older subset) is repaired by
+    # a build with nothing to do.
+    font = next(mathjax.rglob("*.woff"))
+    font.unlink()
+    (mathjax / "es5" / "stale.js").write_text("old")
+    repair = _sphinx(src, out)
+    assert repair.returncode == 0 and "no targets are out of date" in repair.stdout
+    assert _files(mathjax) == subset
+    _typesets(out, "page.html")
+
+
+def test_sync_tree_copies_what_differs_and_removes_what_source_lacks(tmp_path: Path):
+    from lipattn.book.sphinxext import sync_tree
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    (a / "x" / "y").mkdir(parents=True)
+    (a / "top.txt").write_text("1")
+    (a / "x" / "y" / "deep.txt").write_text("22")
+    assert sync_tree(a, b) == 2 and _files(b) == _files(a)
+    assert sync_tree(a, b) == 0  # idempotent
+    (b / "top.txt").write_text("9")        # same size, other bytes
+    (b / "x" / "old.txt").write_text("o")  # not in the source
+    (b / "gone").mkdir()
+    (b / "x" / "y" / "deep.txt").unlink()
+    assert sync_tree(a, b) == 3 and _files(b) == _files(a) and not (b / "gone").exists()
+    with pytest.raises(ValueError, match="^source must be an existing directory"):
+        sync_tree(tmp_path / "nope", b)
+
+
 def test_mathjax_subset_copies_only_what_pages_load(tmp_path: Path):
     import mathjax
 

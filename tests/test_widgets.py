@@ -112,12 +112,15 @@ def test_player_html_has_every_frame_and_control(explorer):
 
 
 def test_frames_are_drawn_for_the_column(explorer):
-    """Frames are 688 CSS px wide (or less), encoded at 2x, with no text below 8 pt."""
+    """Frames are 688 CSS px wide (or less), encoded at 2x, with no glyph below
+    8 pt (sub- and superscripts included)."""
+    from lipattn.book.plotting import smallest_glyph_pt
+
     w, h = Image.open(io.BytesIO(explorer.render())).size
     assert w <= 2 * 688 and w % 2 == 0
     assert explorer.min_font_pt >= 8.0
     texts = [t for t in explorer.fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-    assert min(t.get_fontsize() for t in texts) >= 8.0
+    assert min(smallest_glyph_pt(t) for t in texts) >= 8.0
 
 
 def test_presets_set_every_slider():
@@ -218,8 +221,17 @@ def test_in_a_kernel_one_output_carries_the_widget_and_the_player():
 def test_explorer_text_stays_inside_its_frame(name):
     """No readout, title or label of a frame runs past the frame's edge (a long
     title was cut off at the right of the power-iteration player), at every
-    slider's first and last value and at random positions."""
+    slider's first and last value and at random positions. At the same
+    positions every glyph of the frame (scripts included, as drawn: read from
+    its SVG) is at least 11 CSS px where the site shows the frame on a 1280-px
+    desktop (its own width, the column) and 9 px on a 390-px phone (the
+    player's --lp-phone-min width, set from the explorer's declared smallest
+    glyph, which must not overstate the drawn one)."""
     import itertools
+
+    from conftest import drawn_glyph_pt
+
+    from lipattn.book import plotting
 
     ex = get_explorer(name)
     specs = ex.slider_specs
@@ -242,3 +254,16 @@ def test_explorer_text_stays_inside_its_frame(name):
             if bb.x0 < -1 or bb.x1 > W + 1 or bb.y0 < -1 or bb.y1 > H + 1:
                 out.add(text[:40])
     assert not out, f"{name}: text outside the frame: {sorted(out)}"
+
+    css_w = ex.canvas.get_width_height()[0] // plotting.DPR
+    declared_px = ex.min_font_pt * plotting.CSS_PX_PER_IN / 72
+    phone_w = plotting.phone_min_width(css_w, declared_px)  # as the player sets it
+    small = {}
+    for values in pick:  # after the checks above: saving an SVG redraws the figure
+        ex.render(**dict(zip([s.name for s in specs], values, strict=True)))
+        drawn_px = drawn_glyph_pt(ex.fig, ex.artists) * plotting.CSS_PX_PER_IN / 72
+        assert drawn_px >= declared_px - 0.01, (values, drawn_px, declared_px)
+        desktop, phone = drawn_px, drawn_px * max(phone_w, 358) / css_w
+        if desktop < 11.0 or phone < 9.0 - 0.05:
+            small[values] = (round(desktop, 1), round(phone, 1))
+    assert not small, f"{name}: smallest glyph (desktop px, phone px) too small at {small}"

@@ -9,14 +9,23 @@ frame has the same look.
 the site on a 1280-pixel desktop (672 CSS px), so a font of ``f`` points shows
 at ``f * 100 / 72`` CSS px there (9 pt -> 12.5 px). Images are encoded at
 :data:`DPR` = 2 device pixels per CSS pixel (sharp on HiDPI screens), and
-every text is at least :data:`MIN_FONT_PT` (8 pt = 11.1 CSS px on the desktop).
-On a phone the site shows a figure no narrower than the width at which its
-smallest text is :data:`PHONE_MIN_TEXT_PX` (``phone_min_width``), in a
+every glyph is at least :data:`MIN_FONT_PT` (8 pt = 11.1 CSS px on the
+desktop). A glyph, not a text's font size: mathtext draws sub- and
+superscripts (a log axis's exponents, the 2 of ``$\\|J\\|_2$``) smaller than
+the text, so a text with scripts is drawn large enough for its smallest
+script (:func:`smallest_glyph_pt`). Matplotlib shrinks each script level by
+0.7, TeX's ratio for print; importing this module sets it to
+:data:`SCRIPT_SCALE` = 0.8 (a ratio common on screens), so that a label with
+a subscript needs a 10-pt font rather than 11.4 pt and figures keep their
+layout. On a phone
+the site shows a figure no narrower than the width at which its smallest
+glyph is :data:`PHONE_MIN_TEXT_PX` (``phone_min_width``), in a
 sideways-scrolling box.
 
 Each PNG carries what the site needs in its metadata (``css-width``,
-``min-font-px``, ``alt``): the build extension (:mod:`lipattn.book.sphinxext`)
-sizes the ``<img>`` to the column from it and gives it the alt text.
+``min-text-px``, the smallest glyph in CSS px, and ``alt``): the build
+extension (:mod:`lipattn.book.sphinxext`) sizes the ``<img>`` to the column
+from it and gives it the alt text.
 """
 
 from __future__ import annotations
@@ -24,12 +33,15 @@ from __future__ import annotations
 import io
 import math
 import re
+import unicodedata
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cbook import is_math_text
 from matplotlib.figure import Figure
+from matplotlib.mathtext import MathTextParser
 from matplotlib.text import Text
 
 from .._validate import as_int_at_least, as_positive_float
@@ -39,6 +51,7 @@ __all__ = [
     "STYLE_FILE", "use_style", "figure", "figure_png", "setup_notebook", "HALF_COLOR", "ONE_COLOR",
     "COLUMN_IN", "CSS_PX_PER_IN", "DPR", "MIN_FONT_PT", "PHONE_MIN_TEXT_PX", "legible",
     "describe", "set_alt", "glue_figure", "phone_min_width", "narrow_copy", "PHONE_COLUMN_IN",
+    "smallest_glyph_pt", "SCRIPT_SCALE",
 ]
 
 #: Path of the matplotlib style file shipped with the package.
@@ -57,10 +70,24 @@ CSS_PX_PER_IN = 100
 COLUMN_IN = 6.72
 #: Device pixels per CSS pixel in the encoded images (HiDPI screens).
 DPR = 2
-#: The smallest font in a figure, in points (11.1 CSS px at the column width).
+#: The smallest glyph in a figure, in points (11.1 CSS px at the column width).
 MIN_FONT_PT = 8.0
 #: The smallest text size, in CSS px, that a figure may show at on a phone.
 PHONE_MIN_TEXT_PX = 9.0
+#: Size of a sub- or superscript relative to its text, per level (matplotlib: 0.7).
+SCRIPT_SCALE = 0.8
+
+
+def _set_script_scale() -> None:
+    from matplotlib import _mathtext
+
+    # Matplotlib keeps the ratio in one module constant, read whenever a
+    # formula is laid out (scripts, their shifts and spacing alike). Should a
+    # release drop it, texts keep 0.7 and legible() raises their fonts further:
+    # the measured sizes stay true either way.
+    if hasattr(_mathtext, "SHRINK_FACTOR"):
+        _mathtext.SHRINK_FACTOR = SCRIPT_SCALE
+        MathTextParser._parse_cached.cache_clear()  # layouts made with the old ratio
 
 
 def use_style() -> None:
@@ -106,23 +133,104 @@ def _texts(fig: Figure) -> list[Text]:
             if t.get_visible() and t.get_text().strip() and t.get_figure() is not None]
 
 
+_set_script_scale()
+_MATHTEXT = MathTextParser("path")
+#: Glyphs that mathtext sizes to fit other glyphs rather than to be read:
+#: radical signs (sized to the radicand) and combining accents.
+_FITTED = {"\u221a"}
+
+
+def smallest_glyph_pt(text: Text) -> float:
+    """The size, in points, of the smallest glyph that ``text`` draws.
+
+    A plain text draws every glyph at its font size. In mathtext (a line with
+    ``$...$``) sub- and superscripts, fractions and scripts of scripts are
+    drawn smaller: this parses each line as matplotlib does when it draws it
+    and returns the smallest glyph's size, leaving out the glyphs sized to fit
+    (radical signs, combining accents). A text drawn with ``usetex`` is
+    measured by its font size only.
+
+    Parameters
+    ----------
+    text : matplotlib.text.Text
+        A text artist.
+
+    Returns
+    -------
+    float
+        Points (1/72 in; a figure inch is :data:`CSS_PX_PER_IN` CSS px).
+    """
+    if not isinstance(text, Text):
+        raise TypeError(f"text must be a matplotlib Text; got {type(text).__name__}")
+    size = float(text.get_fontsize())
+    if text.get_usetex() or not text.get_parse_math():
+        return size
+    prop = text.get_fontproperties()
+    smallest = size
+    for line in text.get_text().split("\n"):
+        if not is_math_text(line):
+            continue
+        glyphs = _MATHTEXT.parse(line, dpi=72, prop=prop).glyphs
+        sizes = [g[1] for g in glyphs
+                 if chr(g[2]) not in _FITTED and not unicodedata.combining(chr(g[2]))]
+        smallest = min([smallest, *sizes])
+    return float(smallest)
+
+
+def _groups(fig: Figure) -> dict[int, str]:
+    """id(text) -> the group of texts drawn at one size: the entries of one
+    legend, the tick labels of one panel (both its axes)."""
+    group: dict[int, str] = {}
+    for k, ax in enumerate(fig.axes):
+        for axis in (ax.xaxis, ax.yaxis):
+            for t in (*axis.get_ticklabels(which="both"), axis.get_offset_text()):
+                group[id(t)] = f"ticks {k}"
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    for k, leg in enumerate(x for x in legends if x is not None):
+        for t in (*leg.get_texts(), leg.get_title()):
+            group[id(t)] = f"legend {k}"
+    return group
+
+
 def legible(fig: Figure, min_pt: float = MIN_FONT_PT) -> float:
-    """Raise every visible text of ``fig`` to at least ``min_pt`` points.
+    """Raise the texts of ``fig`` until every glyph is at least ``min_pt`` points.
+
+    A glyph, not a font size (:func:`smallest_glyph_pt`): a text with sub- or
+    superscripts gets a font large enough for its scripts. Texts that a reader
+    compares side by side are raised together, to the size the most demanding
+    of them needs: the entries of a legend, the tick labels of a panel (a log
+    axis's exponents raise the other axis's labels too).
 
     The figure is drawn first, so tick labels and legend entries (created at
-    draw time) are included. Returns the smallest font size left, in points.
+    draw time) are included, and again after raising, until every text drawn
+    (new tick labels too) is legible. Returns the smallest glyph left, in points.
     """
     if FigureCanvasAgg is not type(fig.canvas):
         FigureCanvasAgg(fig)
     fig.canvas.draw()
-    sizes = []
-    for t in _texts(fig):
-        if t.get_fontsize() < min_pt:
-            t.set_fontsize(min_pt)
-        sizes.append(float(t.get_fontsize()))
-    if _wrap_titles(fig):
-        fig.canvas.draw()
-    return min(sizes, default=float(min_pt))
+    for _ in range(4):
+        texts = _texts(fig)
+        group = _groups(fig)
+        need: dict[object, float] = {}
+        for t in texts:
+            key = group.get(id(t), id(t))
+            # up to 1/100 pt, so that rounding never leaves a glyph below min_pt
+            size = math.ceil(t.get_fontsize() * min_pt / smallest_glyph_pt(t) * 100) / 100
+            need[key] = max(need.get(key, 0.0), size)
+        raised = False
+        for t in texts:
+            size = need[group.get(id(t), id(t))]
+            if t.get_fontsize() < size - 1e-9:
+                t.set_fontsize(size)
+                raised = True
+        for k, ax in enumerate(fig.axes):  # ticks made at the next draw copy their size
+            if raised and need.get(f"ticks {k}"):
+                ax.tick_params(which="both", labelsize=need[f"ticks {k}"])
+        if _wrap_titles(fig) or raised:
+            fig.canvas.draw()
+        if not raised:
+            break
+    return min((smallest_glyph_pt(t) for t in _texts(fig)), default=float(min_pt))
 
 
 def _split(text: str) -> str | None:
@@ -210,8 +318,8 @@ def describe(fig: Figure) -> str:
 
 
 def phone_min_width(css_width: float, min_font_px: float) -> int:
-    """The narrowest width (CSS px) at which a figure's smallest text is
-    :data:`PHONE_MIN_TEXT_PX`; at most ``css_width``."""
+    """The narrowest width (CSS px) at which a figure's smallest glyph,
+    ``min_font_px`` at ``css_width``, is :data:`PHONE_MIN_TEXT_PX`; at most ``css_width``."""
     css_width = as_positive_float(css_width, "css_width")
     min_font_px = as_positive_float(min_font_px, "min_font_px")
     return int(min(css_width, math.ceil(css_width * PHONE_MIN_TEXT_PX / min_font_px)))
@@ -267,10 +375,11 @@ def narrow_copy(fig: Figure) -> Figure | None:
 def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
     """Encode a static figure as PNG bytes, at :data:`DPR` device pixels per CSS pixel.
 
-    The smallest text is raised to :data:`MIN_FONT_PT` first (:func:`legible`).
+    The smallest glyph is raised to :data:`MIN_FONT_PT` first (:func:`legible`).
     The PNG's text chunks hold ``lipattn:css-width`` (CSS px),
-    ``lipattn:min-font-px`` (CSS px at that width) and ``lipattn:alt``
-    (:func:`describe`), which the build uses to size and describe the image.
+    ``lipattn:min-text-px`` (the smallest glyph, in CSS px at that width) and
+    ``lipattn:alt`` (:func:`describe`), which the build uses to size and
+    describe the image.
     """
     import base64
 
@@ -280,7 +389,7 @@ def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
     buf = io.BytesIO()
     css_width = round(fig.get_figwidth() * CSS_PX_PER_IN)
     meta = {"lipattn:css-width": str(css_width),
-            "lipattn:min-font-px": f"{min_pt * CSS_PX_PER_IN / 72:.2f}",
+            "lipattn:min-text-px": f"{min_pt * CSS_PX_PER_IN / 72:.2f}",
             "lipattn:alt": describe(fig)}
     if narrow is not None:
         narrow_pt = legible(narrow)
@@ -288,7 +397,7 @@ def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
         narrow.savefig(small, format="png", dpi=dpi)
         meta["lipattn:narrow"] = base64.b64encode(small.getvalue()).decode("ascii")
         meta["lipattn:narrow-css-width"] = str(round(narrow.get_figwidth() * CSS_PX_PER_IN))
-        meta["lipattn:narrow-min-font-px"] = f"{narrow_pt * CSS_PX_PER_IN / 72:.2f}"
+        meta["lipattn:narrow-min-text-px"] = f"{narrow_pt * CSS_PX_PER_IN / 72:.2f}"
     fig.savefig(buf, format="png", dpi=dpi, metadata=meta)
     return buf.getvalue()
 

@@ -23,7 +23,12 @@ It does what ``_config.yml`` alone cannot:
    ``ui`` components and the assistive-MathML component. Only those files
    (:data:`MATHJAX_FILES`, about 3 MB) are copied into
    ``_build/html/_static/mathjax``, so formulas typeset without internet and
-   the site stays small.
+   the site stays small. Sphinx copies static files only when it writes
+   pages; a build with nothing out of date (``make html`` twice, ``make test``
+   then ``make book``) copies nothing. So nothing is deleted before a build:
+   at the end of every build, whether it wrote pages or not, the site's copy
+   is made equal to the subset (missing or changed files copied, files of an
+   earlier subset removed).
 5. **No files that pages never load.** The theme ships JavaScript source maps
    (``*.map``, read only by a browser's developer tools) and gettext
    catalogues (``_static/locales``, used when Sphinx builds, not by pages);
@@ -44,7 +49,14 @@ It does what ``_config.yml`` alone cannot:
    written by jupytext at build time) in the download menu, and every
    chapter ends with a line on how to run it locally; the repository button
    shows only when ``repository.url`` is set in ``_config.yml``.
-9. **Chinese search terms.** With ``html_search_language: zh`` Sphinx splits
+9. **A build that stops half-way is finished by the next.** Sphinx writes
+   the search index and the indices after the pages, and this extension
+   rewrites the pages after that, so a build stopped in between (Ctrl-C, a
+   failing handler) leaves a site whose pages are all up to date for Sphinx
+   but incomplete. A build that ends records that in the doctree folder
+   (:data:`COMPLETE_MARK`); a build that finds no such record for its output
+   folder writes every page again.
+10. **Chinese search terms.** With ``html_search_language: zh`` Sphinx splits
    text into words with jieba. Its general dictionary cuts the book's terms
    (谱范数, 雅可比矩阵, …) into pieces that a whole-term query no longer
    matches, so the book's terms (``search_terms_zh.txt`` beside this module)
@@ -64,8 +76,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MATHJAX_FILES", "inputs_hash", "mathjax_subset", "finish_site", "rewrite_page",
-           "setup"]
+__all__ = ["MATHJAX_FILES", "COMPLETE_MARK", "inputs_hash", "mathjax_subset", "sync_tree",
+           "finish_site", "rewrite_page", "setup"]
 
 #: Paths under MathJax's ``static/mathjax`` folder that the site ships.
 MATHJAX_FILES = (
@@ -76,6 +88,9 @@ MATHJAX_FILES = (
     "es5/ui",
     "es5/a11y/assistive-mml.js",
 )
+
+#: File in the doctree folder that records the output folder of the last build that ended.
+COMPLETE_MARK = "lipattn-complete"
 
 _WATCHED_SUFFIXES = {".py", ".mplstyle", ".css", ".js", ".txt", ".toml", ".cfg", ".yml",
                      ".npz"}
@@ -159,6 +174,52 @@ def mathjax_subset(source: Path, target: Path) -> Path:
     return target
 
 
+def sync_tree(source: Path, dest: Path) -> int:
+    """Make ``dest`` hold exactly the files of ``source`` (idempotent).
+
+    Files missing from ``dest`` or differing from ``source`` (size or bytes)
+    are copied; files and folders of ``dest`` that ``source`` does not have
+    are removed. Nothing that ``source`` holds is ever absent from ``dest``
+    for longer than its own copy takes.
+
+    Parameters
+    ----------
+    source : Path
+        An existing directory.
+    dest : Path
+        The directory to update (created if missing).
+
+    Returns
+    -------
+    int
+        The number of files copied or removed (0 when ``dest`` was already equal).
+    """
+    source, dest = Path(source), Path(dest)
+    if not source.is_dir():
+        raise ValueError(f"source must be an existing directory; got {str(source)!r}")
+    changed = 0
+    want = {p.relative_to(source) for p in source.rglob("*") if p.is_file()}
+    for rel in sorted(want):
+        src, out = source / rel, dest / rel
+        if out.is_dir():
+            shutil.rmtree(out)
+        if (not out.is_file() or out.stat().st_size != src.stat().st_size
+                or out.read_bytes() != src.read_bytes()):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, out)
+            changed += 1
+    if dest.is_dir():
+        for p in sorted(dest.rglob("*"), reverse=True):  # children before their folders
+            rel = p.relative_to(dest)
+            if p.is_dir() and not p.is_symlink():
+                if not any(p.iterdir()):
+                    p.rmdir()
+            elif rel not in want:
+                p.unlink()
+                changed += 1
+    return changed
+
+
 def _config_inited(app: Any, config: Any) -> None:
     root = Path(app.srcdir)
     digest = inputs_hash(root, config.lipattn_watch)
@@ -177,8 +238,10 @@ def _config_inited(app: Any, config: Any) -> None:
 
     source = Path(mathjax.__file__).parent / "static" / "mathjax"
     static = mathjax_subset(source, Path(app.outdir).parent / "lipattn-mathjax")
-    # files of an earlier, complete copy would otherwise stay in the site
-    shutil.rmtree(Path(app.outdir) / "_static" / "mathjax", ignore_errors=True)
+    # The site's own copy is left alone here: a build with nothing out of
+    # date copies no static files, so what is deleted now would stay missing.
+    # build-finished makes it equal to the subset (_finish).
+    app.lipattn_mathjax = static / "mathjax"
     config.html_static_path = [*config.html_static_path, str(static)]
     config.mathjax_path = "mathjax/es5/tex-chtml.js"
 
@@ -203,9 +266,19 @@ def _chinese_search(config: Any) -> None:
     config.html_search_options = options
 
 
+def _builder_inited(app: Any) -> None:
+    """Was the last HTML build into this output folder finished? Read the
+    record, then clear it until this build ends (:func:`_finish`)."""
+    if app.builder.format != "html":
+        return
+    mark = Path(app.doctreedir) / COMPLETE_MARK
+    app.lipattn_resume = mark.is_file() and mark.read_text(encoding="utf-8") == str(app.outdir)
+    mark.unlink(missing_ok=True)
+
+
 def _env_get_outdated(app: Any, env: Any, added: set, changed: set, removed: set) -> list[str]:
     digest = app.lipattn_inputs_hash
-    if getattr(env, "lipattn_inputs_hash", None) == digest:
+    if getattr(env, "lipattn_inputs_hash", None) == digest and getattr(app, "lipattn_resume", True):
         return []
     env.lipattn_inputs_hash = digest
     return sorted(env.found_docs)
@@ -299,8 +372,8 @@ def _figure_meta(path: Path) -> dict[str, str] | None:
             size = im.size
     except OSError:
         return None
-    if "lipattn:css-width" not in text:
-        return None
+    if "lipattn:css-width" not in text or "lipattn:min-text-px" not in text:
+        return None  # not drawn by lipattn.book.plotting, or before it measured glyphs
     text["size"] = f"{size[0]}x{size[1]}"
     return text
 
@@ -336,7 +409,7 @@ def _figures(page: str, page_dir: Path) -> str:
         w_px, h_px = (int(v) for v in meta["size"].split("x"))
         css_w = int(meta["lipattn:css-width"])
         css_h = round(h_px * css_w / w_px)
-        font = float(meta["lipattn:min-font-px"])
+        font = float(meta["lipattn:min-text-px"])
         alt = re.search(r'alt="([^"]*)"', attrs)
         if alt is None or alt.group(1).endswith(".png"):
             attrs = re.sub(r'\s*alt="[^"]*"', "", attrs)
@@ -359,7 +432,7 @@ def _figures(page: str, page_dir: Path) -> str:
                 nw_px, nh_px = im.size
             n_w = int(meta["lipattn:narrow-css-width"])
             n_h = round(nh_px * n_w / nw_px)
-            n_font = float(meta["lipattn:narrow-min-font-px"])
+            n_font = float(meta["lipattn:narrow-min-text-px"])
             phone = plotting.phone_min_width(n_w, n_font)
             narrow = (f'<source media="(max-width: {_PHONE_MAX}px)" srcset="{nsrc}" '
                       f'width="{n_w}" height="{n_h}">')
@@ -485,7 +558,9 @@ def _finish(app: Any, exception: Exception | None) -> None:
             shutil.rmtree(dest, ignore_errors=True)
             shutil.move(str(reports), str(dest))
         return
+    sync_tree(app.lipattn_mathjax, Path(app.outdir) / "_static" / "mathjax")
     finish_site(Path(app.outdir))
+    (Path(app.doctreedir) / COMPLETE_MARK).write_text(str(app.outdir), encoding="utf-8")
 
 
 def _notebook_download(app: Any, pagename: str, templatename: str, context: dict,
@@ -520,6 +595,7 @@ def setup(app: Any) -> dict[str, Any]:
     """Register the extension with Sphinx."""
     app.add_config_value("lipattn_watch", ["lib", "requirements.txt"], "env")
     app.connect("config-inited", _config_inited, priority=900)
+    app.connect("builder-inited", _builder_inited)
     app.connect("env-get-outdated", _env_get_outdated)
     # before myst-nb's own handler (priority 500) adds the page's scripts
     app.connect("html-page-context", _drop_widget_state, priority=400)

@@ -273,7 +273,7 @@ def fig_signature(run: SignatureRun) -> Figure:
     ax1.set_ylim(0.1, 3 * run.dps)
     ax1.set_xlabel("layer $l$")
     ax1.set_ylabel(r"$-\log_{10} r_l$ (log axis)")
-    ax1.set_title(r"digits of collapse: a line means $r_l \approx a^{3^l}$", fontsize=10)
+    ax1.set_title(r"digits of collapse: a line means $\log r_l \approx 3^l \log a$", fontsize=10)
     ax1.legend(loc="upper left", fontsize=8)
     lr = run.log_mp
     good = (lr[:-1] < -0.5) & (lr[1:] > floor)
@@ -652,7 +652,7 @@ class SkipExplorer(Explorer):
         Slider("alpha", _ALPHAS, label="branch scale α", default=1.0, fmt=_alpha_label),
         Slider("scale", _SKIP_SCALES, label="weight scale s", default=1.0),
     )
-    width, height = 8.4, 3.2
+    width, height = 8.4, 3.7
 
     def setup(self, fig: Figure):
         self._data = skip_data()
@@ -674,7 +674,7 @@ class SkipExplorer(Explorer):
         ax_r.set_ylim(_FLOOR, 3)
         ax_r.set_xlabel("layer $l$")
         handles = ax_a.get_legend_handles_labels()[0] + ax_r.get_legend_handles_labels()[0]
-        fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8)
+        fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8)
         self._text = ax_r.set_title("", fontsize=9)
         return [self._abs, self._mean, self._rel, self._heur, self._text]
 
