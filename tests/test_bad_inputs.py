@@ -53,12 +53,13 @@ from lipattn import (
     sensitivity,
     spectral,
     stabilisers,
+    sublayers,
     transformer,
 )
 from lipattn import softmax as sm
 
 MODULES = ["softmax", "scaling", "attention", "spectral", "collapse", "lanczos", "layernorm",
-           "lipschitz", "stabilisers", "prenorm", "sensitivity", "_validate"]
+           "lipschitz", "stabilisers", "prenorm", "sensitivity", "sublayers", "_validate"]
 
 TIMEOUT = 5.0  # seconds per call; every call of the sweep must finish well within it
 
@@ -353,7 +354,7 @@ SPECS = {
     "lipschitz.kim_l2_bound": S(lipschitz.kim_l2_bound, dict(N=3, W_Q=W_Q, W_V=W_V, form="exact"),
                                 scale=[({"W_Q": 1}, 2), ({"W_V": 1}, 1)],
                                 valid={"N": {"big", "huge"}}),
-    "lipschitz.sublayer_constants": S(lipschitz.sublayer_constants,
+    "sublayers.sublayer_constants": S(sublayers.sublayer_constants,
                                       dict(params=PARAMS, X=X, variant="pre", input_scale=1.0,
                                            tol=1e-8),
                                       valid={"input_scale": {"int", "tiny", "huge"}},
