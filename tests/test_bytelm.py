@@ -14,6 +14,7 @@ def test_bytelm_short_run_learns_and_writes_a_loadable_checkpoint(tmp_path):
     assert bits[0] > 7.5 and bits[-1] < bits[0] - 2  # 8 bits at init (uniform-ish), learns
     m = load(tmp_path, dtype=np.float32)
     _, heldout = bytelm.stdlib_corpus()
+    assert (tmp_path / "heldout.txt").read_bytes() == heldout[:32768]
     w = bytelm.heldout_windows(heldout, 16, 16)
     lm = bytelm.CausalLM(np.asarray(m.wte, dtype=np.float32), np.asarray(m.wpe, np.float32),
                          bytelm.Sequential(list(m.blocks) + [m.final]))
