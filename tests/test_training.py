@@ -199,3 +199,16 @@ def test_train_stack_fits_a_decoder_layout_stack(layout):
     assert all(v.dtype == np.float32 for v in stack.params.values())
     assert all(not np.array_equal(v, before[k]) for k, v in stack.params.items())
     np.testing.assert_allclose(model.forward(X[0]), stack.forward(X[0])[0], rtol=1e-6)
+
+
+def test_train_stack_calls_back_after_each_step():
+    from lipattn.layers import LayerNorm
+
+    ln = LayerNorm(np.ones(3), np.zeros(3), 1e-5)
+    X = np.random.default_rng(0).standard_normal((2, 4, 3))
+    seen = []
+    losses = training.train_stack(
+        ln, lambda t: (X, None), lambda Y, _: (float((Y ** 2).sum()), 2 * Y), steps=3, lr=1e-2,
+        callback=lambda t, v: seen.append((t, v, ln.g.copy())))
+    assert [(t, v) for t, v, _ in seen] == list(enumerate(losses))
+    assert not np.array_equal(seen[0][2], np.ones(3))  # called after the update

@@ -206,7 +206,8 @@ class Adam:
 
 
 def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr: float,
-                warmup: int = 0, betas: tuple[float, float] = (0.9, 0.98)) -> np.ndarray:
+                warmup: int = 0, betas: tuple[float, float] = (0.9, 0.98),
+                callback: Callable[[int, float], None] | None = None) -> np.ndarray:
     r"""Train any stack of :mod:`lipattn.layers` (the book's encoder from
     :func:`lipattn.transformer.as_layers`, a GPT-2- or Llama-layout
     :class:`~lipattn.layers.Sequential`, ...) with :class:`Adam`, through the
@@ -224,6 +225,9 @@ def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr
     steps : int
     lr, warmup, betas
         As in :class:`Adam`.
+    callback : callable, optional
+        ``callback(t, loss_t)`` after step ``t``'s update (e.g. a held-out
+        evaluation every k steps, or saving a checkpoint).
 
     Returns
     -------
@@ -234,8 +238,9 @@ def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr
         if not callable(getattr(stack, m, None)):
             raise TypeError(f"stack must be a layer with forward, backward and params; got "
                             f"{type(stack).__name__} without {m}")
-    if not callable(batches) or not callable(loss):
-        raise TypeError("batches and loss must be callables (see the docstring)")
+    if not callable(batches) or not callable(loss) or not (callback is None
+                                                          or callable(callback)):
+        raise TypeError("batches, loss and callback must be callables (see the docstring)")
     steps = as_count(steps, "steps", 1)
     opt = Adam(stack.params, lr, warmup=warmup, betas=betas)
     losses = np.zeros(steps)
@@ -244,6 +249,8 @@ def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr
         Y, state = stack.forward(X)
         losses[t], dY = loss(Y, target)
         opt.step(stack.backward(state, dY)[1])
+        if callback is not None:
+            callback(t, float(losses[t]))
     return losses
 
 

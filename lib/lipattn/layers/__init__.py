@@ -14,7 +14,10 @@ r"""The layers of real Transformers, each written once with its forward, jvp and
 - :mod:`~lipattn.layers.norms` -- LayerNorm with gain and bias, RMSNorm (with
   Gemma's 1 + w gain as ``offset=1``);
 - :mod:`~lipattn.layers.mlp` and :mod:`~lipattn.layers.activations` -- the
-  GPT-2 MLP, the gated MLP, and ReLU, GELU (exact and tanh) and SiLU.
+  GPT-2 MLP, the gated MLP, and ReLU, GELU (exact and tanh) and SiLU;
+- :mod:`~lipattn.layers.embedding` -- :class:`CausalLM` (token and position
+  embeddings, any body, the tied readout) and :func:`cross_entropy`, to train a
+  language model with :func:`lipattn.training.train_stack`.
 
 Layers work on ``X`` of shape (..., N, d) -- one sequence, or leading batch axes
 against which the parameters' own leading axes broadcast -- in the dtype of their
@@ -37,6 +40,7 @@ from .attention import (
     softmax_jvp,
 )
 from .base import Layer, Residual, Sequential, layer_lipschitz, linear, linear_t, reduce_to, wgrad
+from .embedding import CausalLM, cross_entropy
 from .mlp import MLP, GatedMLP
 from .norms import LayerNorm, RMSNorm
 from .rope import rope, rope_inv_freq, rope_tables, rope_transpose
@@ -45,4 +49,5 @@ __all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "MultiHeadAtten
            "attention_core", "attention_core_jvp", "attention_core_vjp", "attention_logits",
            "CoreState", "AttentionState", "linear", "linear_t", "reduce_to", "wgrad",
            "softmax_jvp", "LayerNorm", "RMSNorm", "MLP", "GatedMLP", "ACTIVATIONS", "relu",
-           "gelu_new", "gelu", "silu", "rope", "rope_inv_freq", "rope_tables", "rope_transpose"]
+           "gelu_new", "gelu", "silu", "rope", "rope_inv_freq", "rope_tables", "rope_transpose",
+           "CausalLM", "cross_entropy"]

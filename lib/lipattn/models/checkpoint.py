@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Checkpoint", "LazyTensor", "bfloat16_bits_to_float32", "read_header"]
+__all__ = ["Checkpoint", "LazyTensor", "bfloat16_bits_to_float32", "read_header",
+           "write_safetensors"]
 
 #: safetensors dtype -> numpy dtype of the stored bits (BF16: its uint16 bit pattern).
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
@@ -35,6 +36,40 @@ _MAX_HEADER = 100 * 2**20
 def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     """The float32 values of bfloat16 numbers given as their uint16 bit patterns (exact)."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], *,
+                      metadata: dict[str, str] | None = None) -> None:
+    """Write float32 tensors as a safetensors file (the layout :func:`read_header` reads).
+
+    Parameters
+    ----------
+    path : path
+    tensors : dict of str -> array_like
+        Finite real arrays, stored as little-endian F32 in the order given (C order).
+    metadata : dict of str -> str, optional
+        The header's ``"__metadata__"`` (``save_pretrained`` writes ``{"format": "pt"}``).
+
+    The header is padded with spaces to a multiple of 8 bytes, as the
+    ``safetensors`` package does.
+    """
+    header: dict[str, Any] = {} if metadata is None else {"__metadata__": dict(metadata)}
+    arrays, offset = [], 0
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a, dtype="<f4")
+        if not np.isfinite(a).all():
+            raise ValueError(f"tensors[{name!r}] must be finite")
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        arrays.append(a)
+        offset += a.nbytes
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for a in arrays:
+            f.write(a.tobytes())
 
 
 def read_header(path: str | os.PathLike) -> tuple[dict[str, dict], int]:

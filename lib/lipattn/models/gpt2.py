@@ -14,6 +14,9 @@ that sets them is refused by :func:`lipattn.models.load`).
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +24,7 @@ import numpy as np
 from .._validate import as_positive_float
 from ._state import StateDict, check_dtype, check_heads
 from .blocks import Layout, build_block, build_final
+from .checkpoint import write_safetensors
 from .decoder import Decoder
 
 __all__ = ["GPT2"]
@@ -97,6 +101,62 @@ class GPT2(Decoder):
             raise ValueError(f"tokens must have at most n_positions = {self.wpe.shape[0]} "
                              f"entries; got {t.size}")
         return self.wte[t] + self.wpe[: t.size]
+
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The parameters under Hugging Face's ``GPT2LMHeadModel`` names (Conv1D layout).
+
+        ``transformer.wte.weight``, ``transformer.wpe.weight``, per block
+        ``transformer.h.{i}.ln_1.*``, ``attn.c_attn.*`` (Q | K | V columns),
+        ``attn.c_proj.*``, ``ln_2.*``, ``mlp.c_fc.*``, ``mlp.c_proj.*``, and
+        ``transformer.ln_f.*``; ``lm_head.weight`` is tied to ``wte`` and, as
+        ``save_pretrained`` does, not stored. The inverse of :meth:`from_state_dict`.
+        """
+        sd = {"transformer.wte.weight": np.asarray(self.wte),
+              "transformer.wpe.weight": np.asarray(self.wpe)}
+        for i, blk in enumerate(self.blocks):
+            a, m, p = blk.attn, blk.mlp, f"transformer.h.{i}."
+            sd.update({
+                p + "ln_1.weight": blk.norm_1.g, p + "ln_1.bias": blk.norm_1.b,
+                p + "attn.c_attn.weight": np.concatenate([a.W_Q, a.W_K, a.W_V], axis=1),
+                p + "attn.c_attn.bias": np.concatenate([a.b_Q, a.b_K, a.b_V]),
+                p + "attn.c_proj.weight": a.W_O, p + "attn.c_proj.bias": a.b_O,
+                p + "ln_2.weight": blk.norm_2.g, p + "ln_2.bias": blk.norm_2.b,
+                p + "mlp.c_fc.weight": m.W_1, p + "mlp.c_fc.bias": m.b_1,
+                p + "mlp.c_proj.weight": m.W_2, p + "mlp.c_proj.bias": m.b_2})
+        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = self.final.g, self.final.b
+        return sd
+
+    def save_pretrained(self, path: str | os.PathLike) -> Path:
+        """Write a Hugging Face ``GPT2LMHeadModel`` checkpoint directory, in float32.
+
+        ``config.json`` (the keys ``GPT2Config`` writes, ``tie_word_embeddings``
+        true, ``n_positions`` = the rows of ``wpe``) and ``model.safetensors``
+        (:meth:`state_dict`). Read back by :func:`lipattn.models.load` and by
+        ``transformers.AutoModelForCausalLM.from_pretrained``. Returns the directory.
+        """
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        L = len(self.blocks)
+        config = {
+            "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+            "attn_pdrop": 0.1, "bos_token_id": None, "dtype": "float32", "embd_pdrop": 0.1,
+            "eos_token_id": None, "initializer_range": 0.02,
+            "layer_norm_epsilon": float(self.eps), "model_type": "gpt2",
+            "n_embd": int(self.d_model), "n_head": int(self.n_head), "n_inner": None,
+            "n_layer": L, "n_positions": int(self.wpe.shape[0]),
+            "reorder_and_upcast_attn": False, "resid_pdrop": 0.1,
+            "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True,
+            "summary_activation": None, "summary_first_dropout": 0.1,
+            "summary_proj_to_labels": True, "summary_type": "cls_index",
+            "summary_use_proj": True, "tie_word_embeddings": True, "use_cache": True,
+            "vocab_size": int(self.wte.shape[0])}
+        if L and self.blocks[0].mlp.W_1.shape[1] != 4 * self.d_model:
+            config["n_inner"] = int(self.blocks[0].mlp.W_1.shape[1])
+        (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_safetensors(out / "model.safetensors", self.state_dict(),
+                          metadata={"format": "pt"})
+        return out
 
 
 def _check_tokens(tokens: Any, vocab: int) -> np.ndarray:
