@@ -644,7 +644,7 @@ def test_readme_example_runs_on_a_saved_checkpoint_and_state_dicts(tmp_path, mon
     np.savez(tmp_path / "llama.npz", **{"model." + k: v for k, v in ls.items()})
     monkeypatch.chdir(tmp_path)
     blocks = _readme_blocks()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     env: dict = {}
     for b in blocks:
         exec(compile(b, "README.md", "exec"), env)   # noqa: S102
@@ -658,6 +658,12 @@ def test_readme_example_runs_on_a_saved_checkpoint_and_state_dicts(tmp_path, mon
     out = capsys.readouterr().out
     assert "stack" in out and "<= product of the block constants" in out
     assert env["llama"].n_kv_head == 8 and env["gpt2"].n_layer == 2
+    # the padding block: the masked constant is the constant of the real tokens' prefix
+    # (the padded key is masked, and the padded query's row sees only real keys)
+    info = env["info"]
+    assert info.input_direction.shape == (4, 24)
+    np.testing.assert_allclose(np.linalg.norm(info.input_direction), 1.0, rtol=1e-12)
+    assert info.value >= model.local_lipschitz(env["H"][:3]) * (1 - 1e-8)
 
 
 def test_bad_layer_arguments_name_the_argument():
