@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lipattn import adversarial, bounds, l2attention
 from lipattn import lipschitz as lip
 from lipattn.softmax import softmax
 
@@ -33,7 +34,7 @@ def _inputs(kind, N, d, R, rng, Wq, Wk):
     w, V = np.linalg.eigh(A + A.T)
     u = V[:, -1]
     if kind == "sink":
-        return lip.sink_tokens(R, N, u)
+        return adversarial.sink_tokens(R, N, u)
     X = np.zeros((N, d))  # two-sided: 0, +R u, -R u, +R u, ...
     X[1::2] = R * u
     X[2::2] = -R * u
@@ -52,7 +53,7 @@ def test_ball_bound_is_never_below_the_exact_constant(kind, N, d, log_R, w_scale
     if R == 0.0:
         return
     exact = np.linalg.norm(lip.attention_jacobian(X, Wq, Wk, Wv), 2)
-    assert exact <= lip.ball_lipschitz_bound(R, N, Wq, Wk, Wv) * (1 + 1e-12)
+    assert exact <= bounds.ball_lipschitz_bound(R, N, Wq, Wk, Wv) * (1 + 1e-12)
 
 
 def _key_piece(X, Wq, Wk, Wv):
@@ -92,7 +93,7 @@ def test_ball_bound_stops_growing_with_N():
     """At a fixed radius the bound is the same for every N > 2 exp(2 a R^2)."""
     I2 = np.eye(2)
     R = 1.0                                   # a = 1/sqrt(2), so e^{aR^2} ~ 2.03
-    vals = [lip.ball_lipschitz_bound(R, N, I2, I2, I2) for N in (16, 64, 1024, 10**6)]
+    vals = [bounds.ball_lipschitz_bound(R, N, I2, I2, I2) for N in (16, 64, 1024, 10**6)]
     assert np.allclose(vals, vals[0], rtol=1e-14)
     a = 1 / math.sqrt(2)
     old = math.exp(a) + a * (1 + math.sqrt(10**6 / 2))  # the key term without the min
@@ -101,13 +102,13 @@ def test_ball_bound_stops_growing_with_N():
 
 def test_ball_bound_extreme_radii():
     Wq, Wk, Wv = np.eye(2), np.zeros((2, 2)), 3.0 * np.eye(2)
-    assert lip.ball_lipschitz_bound(1e200, 7, Wq, Wk, Wv) == pytest.approx(3.0)  # a = 0
+    assert bounds.ball_lipschitz_bound(1e200, 7, Wq, Wk, Wv) == pytest.approx(3.0)  # a = 0
     tiny = 1e-250 * np.eye(2)                 # a R^2 = 1e-250 * 1e200 / sqrt(2), tiny
-    val = lip.ball_lipschitz_bound(1e100, 7, tiny, np.eye(2), np.eye(2))
+    val = bounds.ball_lipschitz_bound(1e100, 7, tiny, np.eye(2), np.eye(2))
     assert math.isfinite(val) and val == pytest.approx(1.0, rel=1e-12)
     with pytest.raises(ValueError, match="R"):
-        lip.ball_lipschitz_bound(1e200, 7, np.eye(2), np.eye(2), np.eye(2))
-    assert math.isfinite(lip.ball_lipschitz_bound(20.0, 10**9, np.eye(2), np.eye(2),
+        bounds.ball_lipschitz_bound(1e200, 7, np.eye(2), np.eye(2), np.eye(2))
+    assert math.isfinite(bounds.ball_lipschitz_bound(20.0, 10**9, np.eye(2), np.eye(2),
                                                   np.eye(2)))
 
 
@@ -116,7 +117,7 @@ def test_ball_bound_extreme_radii():
 # --------------------------------------------------------------------------
 @pytest.mark.parametrize("N", [1, 2, 3, 5, 16, 256, 10**6])
 def test_phi_inverse_inverts_phi(N):
-    x = lip.kim_phi_inverse(N - 1)
+    x = bounds.kim_phi_inverse(N - 1)
     assert x * math.exp(x + 1) == pytest.approx(N - 1, rel=1e-12, abs=1e-15)
     assert x == pytest.approx(float(mpmath.lambertw((N - 1) / mpmath.e)), rel=1e-12,
                               abs=1e-15)
@@ -127,21 +128,21 @@ def test_printed_form_is_phi_inverse_of_N_not_N_minus_1():
         w_printed = float(mpmath.lambertw(N / mpmath.e))
         assert w_printed * math.exp(w_printed + 1) == pytest.approx(N, rel=1e-12)
         I2 = np.eye(2)
-        ratio = lip.kim_l2_bound(N, I2, I2, form="printed") / lip.kim_l2_bound(N, I2, I2)
+        ratio = bounds.kim_l2_bound(N, I2, I2, form="printed") / bounds.kim_l2_bound(N, I2, I2)
         assert ratio == pytest.approx((4 * w_printed + 1)
-                                      / (4 * lip.kim_phi_inverse(N - 1) + 1), rel=1e-12)
+                                      / (4 * bounds.kim_phi_inverse(N - 1) + 1), rel=1e-12)
         assert ratio > 1
 
 
 def _l2_mha(X, Wq, Wv, Wo):
-    return np.concatenate([lip.l2_self_attention(X, q, v) for q, v in zip(Wq, Wv,
+    return np.concatenate([l2attention.l2_self_attention(X, q, v) for q, v in zip(Wq, Wv,
                                                                           strict=True)],
                           axis=-1) @ Wo
 
 
 def _l2_mha_jacobian(X, Wq, Wv, Wo):
     N, d = X.shape
-    Js = [lip.l2_attention_jacobian(X, q, v).reshape(N, v.shape[1], N * d)
+    Js = [l2attention.l2_attention_jacobian(X, q, v).reshape(N, v.shape[1], N * d)
           for q, v in zip(Wq, Wv, strict=True)]
     JY = np.concatenate(Js, axis=1)           # (N, H d_v, N d)
     return np.einsum("nhk,ho->nok", JY, Wo).reshape(N * Wo.shape[1], N * d)
@@ -172,11 +173,11 @@ def test_kim_bounds_hold(N, d, H, log_scale, w_scale, seed):
     Wo = rng.standard_normal((2 * H, 3))
     X = 10**log_scale / w_scale * rng.standard_normal((N, d))
     exact = np.linalg.norm(_l2_mha_jacobian(X, Wq, Wv, Wo), 2)
-    bound = lip.kim_l2_mha_bound(N, Wq, Wv, Wo)
+    bound = bounds.kim_l2_mha_bound(N, Wq, Wv, Wo)
     assert exact <= bound * (1 + 1e-12)
-    assert bound <= lip.kim_l2_mha_bound(N, Wq, Wv, Wo, form="printed")
-    single = np.linalg.norm(lip.l2_attention_jacobian(X, Wq[0], Wv[0]), 2)
-    assert single <= lip.kim_l2_bound(N, Wq[0], Wv[0]) * (1 + 1e-12)
+    assert bound <= bounds.kim_l2_mha_bound(N, Wq, Wv, Wo, form="printed")
+    single = np.linalg.norm(l2attention.l2_attention_jacobian(X, Wq[0], Wv[0]), 2)
+    assert single <= bounds.kim_l2_bound(N, Wq[0], Wv[0]) * (1 + 1e-12)
 
 
 def test_head_sum_with_squared_query_norms_fails():
@@ -184,20 +185,21 @@ def test_head_sum_with_squared_query_norms_fails():
     large: the L2 constant scales like ||W_Q||^2."""
     rng = np.random.default_rng(0)
     c, I2, N = 3.0, np.eye(2), 3
-    best = max(lip.l2_local_lipschitz(rng.standard_normal((N, 2)) * 10**rng.uniform(-2, 1) / c,
-                                      c * I2, I2) for _ in range(2000))
-    linear = math.sqrt(N / 2) * (4 * lip.kim_phi_inverse(N - 1) + 1) * c
+    best = max(l2attention.l2_local_lipschitz(
+        rng.standard_normal((N, 2)) * 10**rng.uniform(-2, 1) / c, c * I2, I2)
+        for _ in range(2000))
+    linear = math.sqrt(N / 2) * (4 * bounds.kim_phi_inverse(N - 1) + 1) * c
     assert best > linear
-    assert best <= lip.kim_l2_bound(N, c * I2, I2)
+    assert best <= bounds.kim_l2_bound(N, c * I2, I2)
 
 
 def test_kim_bad_input():
     with pytest.raises(ValueError, match="form"):
-        lip.kim_l2_bound(3, np.eye(2), np.eye(2), form="paper")
+        bounds.kim_l2_bound(3, np.eye(2), np.eye(2), form="paper")
     with pytest.raises(ValueError, match="W_O"):
-        lip.kim_l2_mha_bound(3, np.ones((2, 2, 2)), np.ones((2, 2, 2)), np.eye(3))
+        bounds.kim_l2_mha_bound(3, np.ones((2, 2, 2)), np.ones((2, 2, 2)), np.eye(3))
     with pytest.raises(ValueError, match="y"):
-        lip.kim_phi_inverse(-1.0)
+        bounds.kim_phi_inverse(-1.0)
 
 
 @pytest.mark.parametrize(("cq", "cv"), [(1e-200, 1e150), (1e-100, 1e-100), (1e100, 1e-150)])
@@ -208,9 +210,9 @@ def test_kim_bound_at_extreme_weights_matches_mpmath(cq, cv):
     nq, nv = (mpmath.mpf(float(np.linalg.norm(W, 2))) for W in (W_Q, W_V))
     ref = mpmath.sqrt(mpmath.mpf(N) / 2) * (4 * mpmath.lambertw((N - 1) / mpmath.e).real + 1) \
         * nq**2 * nv
-    assert lip.kim_l2_bound(N, W_Q, W_V) == pytest.approx(float(ref), rel=1e-12)
+    assert bounds.kim_l2_bound(N, W_Q, W_V) == pytest.approx(float(ref), rel=1e-12)
 
 
 def test_kim_bound_beyond_float64_raises_overflow_error():
     with pytest.raises(OverflowError, match="W_Q"):
-        lip.kim_l2_bound(3, np.full((2, 2), 1e300), np.full((2, 2), 1e300))
+        bounds.kim_l2_bound(3, np.full((2, 2), 1e300), np.full((2, 2), 1e300))

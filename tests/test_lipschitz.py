@@ -12,28 +12,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lipattn import attention, lipschitz
+from lipattn import attention, bounds, l2attention, lipschitz
+from lipattn.adversarial import sink_tokens, two_sided_tokens
 from lipattn.attention import self_attention
-from lipattn.lipschitz import (
-    attention_jacobian,
-    attention_jvp,
-    attention_operator,
-    attention_vjp,
-    ball_lipschitz_bound,
-    card_bound,
-    golub_kahan_norm,
-    kim_l2_bound,
+from lipattn.bounds import ball_lipschitz_bound, card_bound, kim_l2_bound, local_lipschitz_bound
+from lipattn.l2attention import (
     l2_attention_jacobian,
     l2_attention_jvp,
     l2_attention_vjp,
     l2_local_lipschitz,
     l2_self_attention,
+)
+from lipattn.lipschitz import (
+    attention_jacobian,
+    attention_jvp,
+    attention_operator,
+    attention_vjp,
+    golub_kahan_norm,
     local_lipschitz,
-    local_lipschitz_bound,
     local_lipschitz_info,
-    sink_tokens,
     sublayer_constants,
-    two_sided_tokens,
 )
 from lipattn.spectral import power_iteration, spectral_norm
 from lipattn.transformer import attention_inputs, init_params
@@ -222,7 +220,7 @@ def test_ball_bound_holds_inside_the_ball(N, d, R, seed):
 def test_bound_terms_by_hand():
     """The three terms of the bound, recomputed from their definitions."""
     X, Wq, Wk, Wv = problem(5, 3, 2, 4, seed=12)
-    terms = lipschitz.local_lipschitz_bound_terms(X, Wq, Wk, Wv)
+    terms = bounds.local_lipschitz_bound_terms(X, Wq, Wk, Wv)
     A = Wq @ Wk.T / math.sqrt(2)
     P = attention.attention_matrix(X, Wq, Wk)
     nv = np.linalg.norm(Wv, 2)
@@ -363,10 +361,13 @@ def test_sublayer_constants_bad_input():
 
 # -- re-exports and bad input -------------------------------------------------
 def test_names_are_reexported_from_attention():
-    for name in ("attention_jacobian", "attention_jvp", "attention_vjp", "local_lipschitz",
-                 "local_lipschitz_bound", "card_bound", "l2_self_attention",
-                 "l2_local_lipschitz"):
-        assert getattr(attention, name) is getattr(lipschitz, name)
+    homes = {lipschitz: ("attention_jacobian", "attention_jvp", "attention_vjp",
+                         "local_lipschitz"),
+             bounds: ("local_lipschitz_bound", "card_bound"),
+             l2attention: ("l2_self_attention", "l2_local_lipschitz")}
+    for module, names in homes.items():
+        for name in names:
+            assert getattr(attention, name) is getattr(module, name)
     with pytest.raises(AttributeError):
         attention.no_such_name  # noqa: B018
 
@@ -564,10 +565,10 @@ def test_bounds_that_overflow_raise_naming_the_arguments():
     rng = np.random.default_rng(0)
     X, Q, K, V = rng.standard_normal((4, 3, 3))
     with pytest.raises(ValueError, match="^X, W_Q, W_K, W_V and C must give a card formula"):
-        lipschitz.card_bound(1e200 * X, 1e200 * Q, K, V)
+        bounds.card_bound(1e200 * X, 1e200 * Q, K, V)
     # intermediate products overflow, the value does not
-    big = lipschitz.card_bound(X, 1e200 * Q, 1e-200 * K, V)
-    assert big == pytest.approx(lipschitz.card_bound(X, Q, K, V), rel=1e-13)
+    big = bounds.card_bound(X, 1e200 * Q, 1e-200 * K, V)
+    assert big == pytest.approx(bounds.card_bound(X, Q, K, V), rel=1e-13)
 
 
 def test_sublayer_constants_names_input_scale():

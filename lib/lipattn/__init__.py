@@ -10,7 +10,11 @@ The mathematics, one module per concept:
 - :mod:`lipattn.collapse` -- rank collapse: residuals, the cubic bound, deep stacks;
 - :mod:`lipattn.lanczos` -- Golub-Kahan-Lanczos: the spectral norm of any map given by
   its jvp and vjp (:func:`lipattn.jacobian_norm`), with a convergence certificate;
-- :mod:`lipattn.lipschitz` -- the attention Jacobian, exact local Lipschitz constants, bounds;
+- :mod:`lipattn.lipschitz` -- the attention Jacobian and its exact local Lipschitz constant;
+- :mod:`lipattn.bounds` -- upper bounds on that constant (local, on a ball, Kim et al.'s L2
+  bounds) and the audited formula that is not one;
+- :mod:`lipattn.l2attention` -- L2 self-attention, its Jacobian and exact local constant;
+- :mod:`lipattn.adversarial` -- the adversarial inputs: two-sided and sink tokens;
 - :mod:`lipattn.layers` -- the layers of real Transformers (masked multi-head attention with
   biases, grouped-query heads and RoPE; LayerNorm, RMSNorm; the GPT-2 and gated MLPs), each
   with its forward pass, jvp and vjp;

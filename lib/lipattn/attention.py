@@ -186,6 +186,21 @@ def _balanced(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray
     return (*out, a)
 
 
+def _check_2d(X: Any, W_Q: Any, W_K: Any, W_V: Any, mask: Any = None):
+    X, W_Q, W_K, W_V = check_attention_args(X, W_Q, W_K, W_V)
+    if X.ndim != 2:
+        raise ValueError("X must have shape (N, d) with N >= 1 (one sequence); "
+                         f"got shape {X.shape}")
+    return X, W_Q, W_K, W_V, as_mask(mask, X.shape[0])
+
+
+def _check_direction(E: Any, name: str, shape: tuple[int, int]) -> np.ndarray:
+    E = as_real_array(E, name, ndim=2)
+    if E.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}; got shape {E.shape}")
+    return E
+
+
 def attention_logits(X: Any, W_Q: Any, W_K: Any) -> np.ndarray:
     r"""The logits :math:`S = X W_Q (X W_K)^\top / \sqrt{d_k}`.
 
@@ -280,19 +295,23 @@ def self_attention(X: Any, W_Q: Any, W_K: Any, W_V: Any, *, mask: Any = None) ->
 
 
 
-# The Jacobian, exact local Lipschitz constants, bounds and L2 attention live
-# in lipattn.lipschitz (which imports this module); their names are
-# re-exported here lazily (PEP 562), so that either module can be imported first.
-_FROM_LIPSCHITZ = (
-    "attention_jacobian", "attention_jvp", "attention_vjp", "local_lipschitz",
-    "local_lipschitz_bound", "card_bound", "l2_self_attention", "l2_local_lipschitz",
-)
-__all__ += list(_FROM_LIPSCHITZ)
+# The Jacobian and exact local Lipschitz constants live in lipattn.lipschitz, the
+# bounds in lipattn.bounds and L2 attention in lipattn.l2attention (which import
+# this module); their names are re-exported here lazily (PEP 562), so that either
+# module can be imported first.
+_LAZY = {
+    "attention_jacobian": "lipschitz", "attention_jvp": "lipschitz",
+    "attention_vjp": "lipschitz", "local_lipschitz": "lipschitz",
+    "local_lipschitz_bound": "bounds", "card_bound": "bounds",
+    "l2_self_attention": "l2attention", "l2_local_lipschitz": "l2attention",
+}
+__all__ += list(_LAZY)
 
 
 def __getattr__(name: str):
-    if name in _FROM_LIPSCHITZ:
-        from . import lipschitz
+    if name in _LAZY:
+        from . import bounds, l2attention, lipschitz
 
-        return getattr(lipschitz, name)
+        homes = {"lipschitz": lipschitz, "bounds": bounds, "l2attention": l2attention}
+        return getattr(homes[_LAZY[name]], name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
