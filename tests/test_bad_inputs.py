@@ -47,11 +47,13 @@ from lipattn import (
     attention,
     bounds,
     collapse,
+    init_gradients,
     l2attention,
     lanczos,
     layernorm,
     lipschitz,
     prenorm,
+    quadrature,
     scaling,
     sensitivity,
     spectral,
@@ -60,9 +62,9 @@ from lipattn import (
 )
 from lipattn import softmax as sm
 
-MODULES = ["softmax", "scaling", "attention", "spectral", "collapse", "lanczos", "layernorm",
-           "lipschitz", "bounds", "l2attention", "adversarial", "stabilisers", "prenorm",
-           "sensitivity", "_validate"]
+MODULES = ["softmax", "scaling", "quadrature", "init_gradients", "attention", "spectral",
+           "collapse", "lanczos", "layernorm", "lipschitz", "bounds", "l2attention",
+           "adversarial", "stabilisers", "prenorm", "sensitivity", "_validate"]
 
 TIMEOUT = 5.0  # seconds per call; every call of the sweep must finish well within it
 
@@ -138,20 +140,20 @@ SPECS = {
                                               valid={"s": {"extra_axis", "huge", "tiny"}}),
     "scaling.saturation_per_row": S(scaling.saturation_per_row, dict(s=S_LOGITS),
                                     valid={"s": {"huge", "tiny"}}),
-    "scaling.two_token_expectations": S(scaling.two_token_expectations, dict(sigma=1.5),
+    "quadrature.two_token_expectations": S(quadrature.two_token_expectations, dict(sigma=1.5),
                                         valid={"sigma": {"zero", "tiny", "subnormal", "int",
                                                          "huge"}}),
-    "scaling.two_token_asymptotes": S(scaling.two_token_asymptotes, dict(sigma=3.0, terms=1),
+    "quadrature.two_token_asymptotes": S(quadrature.two_token_asymptotes, dict(sigma=3.0, terms=1),
                                       valid={"sigma": {"int", "huge"}}),
-    "scaling.gradient_norms": S(scaling.gradient_norms,
+    "init_gradients.gradient_norms": S(init_gradients.gradient_norms,
                                 dict(d=4, n_keys=3, scaled=True, samples=10, seed=0)),
-    "scaling.gradient_norms_fast": S(scaling.gradient_norms_fast,
+    "init_gradients.gradient_norms_fast": S(init_gradients.gradient_norms_fast,
                                      dict(d=4, n_keys=3, scaled=True, samples=10, seed=0)),
-    "scaling.gradient_samples": S(scaling.gradient_samples,
+    "init_gradients.gradient_samples": S(init_gradients.gradient_samples,
                                   dict(d=4, n_keys=3, scaled=True, samples=10, seed=0)),
-    "scaling.rem_entropy_approx": S(scaling.rem_entropy_approx, dict(sigma=1.0, n_keys=4),
+    "quadrature.rem_entropy_approx": S(quadrature.rem_entropy_approx, dict(sigma=1.0, n_keys=4),
                                     valid={"sigma": {"int", "zero", "tiny", "subnormal"}}),
-    "scaling.two_token_expectations_d": S(scaling.two_token_expectations_d,
+    "quadrature.two_token_expectations_d": S(quadrature.two_token_expectations_d,
                                           dict(d=4, scaled=True, points=201)),
     # -- attention -------------------------------------------------------
     "attention.attention_logits": S(attention.attention_logits, dict(X=X, W_Q=W_Q, W_K=W_K),

@@ -16,18 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lipattn import scaling
+from lipattn import init_gradients, quadrature, scaling
+from lipattn.init_gradients import GradientNorms, gradient_norms
+from lipattn.quadrature import rem_entropy_approx, two_token_asymptotes, two_token_expectations
 from lipattn.scaling import (
-    GradientNorms,
     SaturationStats,
-    gradient_norms,
-    rem_entropy_approx,
     sample_logits,
     sample_logits_direct,
     saturation_stats,
     saturation_stats_from_logits,
-    two_token_asymptotes,
-    two_token_expectations,
 )
 from lipattn.softmax import entropy as softmax_entropy
 from lipattn.softmax import softmax
@@ -403,7 +400,7 @@ def test_attention_gradients_match_finite_differences(scaled):
         "v": rng.standard_normal((b, n, d)),
         "g": rng.standard_normal((b, d)),
     }
-    grads = scaling._attention_gradients(**args, scaled=scaled)
+    grads = init_gradients._attention_gradients(**args, scaled=scaled)
     h = 1e-6
     for arg, key in (("q", "query"), ("k", "keys"), ("v", "values")):
         fd = np.zeros_like(args[arg])
@@ -412,9 +409,8 @@ def test_attention_gradients_match_finite_differences(scaled):
             minus = {a: x.copy() for a, x in args.items()}
             plus[arg][(slice(None), *idx)] += h
             minus[arg][(slice(None), *idx)] -= h
-            diff = scaling._attention_loss(**plus, scaled=scaled) - scaling._attention_loss(
-                **minus, scaled=scaled
-            )
+            loss = init_gradients._attention_loss
+            diff = loss(**plus, scaled=scaled) - loss(**minus, scaled=scaled)
             fd[(slice(None), *idx)] = diff / (2 * h)
         np.testing.assert_allclose(grads[key], fd, rtol=1e-6, atol=1e-9)
     # dL/ds by perturbing the logits directly: L(s) = g . softmax(s)^T V
@@ -453,7 +449,7 @@ def test_gradient_norms_against_fast_sampler_and_identities():
         v = rng.standard_normal((b, n_keys, d))
         g = rng.standard_normal((b, d))
         g /= np.linalg.norm(g, axis=1, keepdims=True)
-        gr = scaling._attention_gradients(q, k, v, g, scaled)
+        gr = init_gradients._attention_gradients(q, k, v, g, scaled)
         lhs = np.sum(gr["query"] ** 2, axis=1)
         rhs = (c**2 * (d - 1) * np.sum(gr["logits"] ** 2, axis=1)
                + np.sum(gr["s"] * gr["logits"], axis=1) ** 2 / np.sum(q**2, axis=1))
@@ -537,15 +533,15 @@ def test_rem_frozen_phase_entropy_is_order_one_not_order_log_n():
 ])
 def test_sampler_sizes_that_would_exhaust_memory_are_rejected(kwargs, name):
     kw = {"d": 4, "n_keys": 3, "samples": 10} | kwargs
-    for fn in (scaling.sample_logits, scaling.saturation_stats, scaling.gradient_samples):
+    for fn in (scaling.sample_logits, scaling.saturation_stats, init_gradients.gradient_samples):
         with pytest.raises(ValueError, match=f"^{name}"):
             fn(**kw)
 
 
 def test_huge_sigma_gives_the_limits_without_overflow():
     for sigma in (1e160, 1e200, 1e300):
-        assert scaling.rem_entropy_approx(sigma, 16) == 0.0
-        st2 = scaling.two_token_asymptotes(sigma, terms=2)
+        assert quadrature.rem_entropy_approx(sigma, 16) == 0.0
+        st2 = quadrature.two_token_asymptotes(sigma, terms=2)
         assert st2.jac_norm == pytest.approx(1 / (math.sqrt(math.pi) * sigma), rel=1e-15)
         assert st2.max_p == 1.0
 

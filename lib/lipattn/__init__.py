@@ -4,7 +4,9 @@ Transformer self-attention*.
 The mathematics, one module per concept:
 
 - :mod:`lipattn.softmax` -- the softmax, its Jacobian and the Jacobian's norms;
-- :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation;
+- :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation, by Monte Carlo;
+- :mod:`lipattn.quadrature` -- the same without sampling: exact two-key quadrature, asymptotes;
+- :mod:`lipattn.init_gradients` -- gradients of one attention read-out at initialisation;
 - :mod:`lipattn.attention` -- single-head self-attention, tokens as rows;
 - :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms, the entropy floor;
 - :mod:`lipattn.collapse` -- rank collapse: residuals, the cubic bound, deep stacks;
