@@ -109,7 +109,7 @@ def test_ball_bound_extreme_radii():
     with pytest.raises(ValueError, match="R"):
         bounds.ball_lipschitz_bound(1e200, 7, np.eye(2), np.eye(2), np.eye(2))
     assert math.isfinite(bounds.ball_lipschitz_bound(20.0, 10**9, np.eye(2), np.eye(2),
-                                                  np.eye(2)))
+                                                     np.eye(2)))
 
 
 # --------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_printed_form_is_phi_inverse_of_N_not_N_minus_1():
 
 def _l2_mha(X, Wq, Wv, Wo):
     return np.concatenate([l2attention.l2_self_attention(X, q, v) for q, v in zip(Wq, Wv,
-                                                                          strict=True)],
+                                                                                  strict=True)],
                           axis=-1) @ Wo
 
 

@@ -30,6 +30,7 @@ from lipattn import (
     adversarial,
     bounds,
     collapse,
+    compositions,
     init_gradients,
     l2attention,
     layernorm,
@@ -378,7 +379,7 @@ def test_bounds_and_norms_are_scale_invariant(c):
         pytest.approx(c * ref, rel=1e-12)
     card = bounds.card_bound(X, W_Q, W_K, W_V)
     assert _quiet(bounds.card_bound, X, W_Q, W_K, c * W_V) == pytest.approx(c * card,
-                                                                               rel=1e-12)
+                                                                            rel=1e-12)
     assert _quiet(collapse.diameter, c * X) == pytest.approx(c * collapse.diameter(X),
                                                              rel=1e-13)
     lead = collapse.cubic_leading_term(X, W_Q, W_K, W_V)
@@ -446,13 +447,13 @@ def test_relu_network_norms_are_scale_invariant(c):
     r = np.random.default_rng(4)
     ws = [r.standard_normal((3, 4)), r.standard_normal((4, 4)), r.standard_normal((4, 2))]
     Xs = r.standard_normal((6, 3))
-    ref = (spectral.product_bound(ws), spectral.relu_mlp_jacobian_norms(ws, Xs),
-           spectral.pattern_bound(ws))
+    ref = (compositions.product_bound(ws), compositions.relu_mlp_jacobian_norms(ws, Xs),
+           compositions.pattern_bound(ws))
     scaled = [ws[0], c * ws[1], ws[2]]
-    assert _quiet(spectral.product_bound, scaled) == pytest.approx(c * ref[0], rel=1e-13)
-    np.testing.assert_allclose(_quiet(spectral.relu_mlp_jacobian_norms, scaled, c * Xs),
+    assert _quiet(compositions.product_bound, scaled) == pytest.approx(c * ref[0], rel=1e-13)
+    np.testing.assert_allclose(_quiet(compositions.relu_mlp_jacobian_norms, scaled, c * Xs),
                                c * ref[1], rtol=1e-12, atol=0)
-    assert _quiet(spectral.pattern_bound, scaled) == pytest.approx(c * ref[2], rel=1e-12)
+    assert _quiet(compositions.pattern_bound, scaled) == pytest.approx(c * ref[2], rel=1e-12)
 
 
 def test_dobrushin_rejects_non_stochastic_rows():

@@ -90,7 +90,7 @@ def test_bad_input(call, match):
 # ---------------------------------------------------------------------------
 from scipy.optimize import minimize  # noqa: E402
 
-from lipattn import spectral  # noqa: E402
+from lipattn import compositions, min_entropy, spectral  # noqa: E402
 
 
 def exact_sigma_sq(A, u0, iters):
@@ -204,7 +204,7 @@ def test_relu_jacobian_norm_matches_finite_differences():
     ws = [rng.standard_normal((3, 5)), rng.standard_normal((5, 4)), rng.standard_normal((4, 2))]
     f = lambda x: np.maximum(np.maximum(x @ ws[0], 0) @ ws[1], 0) @ ws[2]  # noqa: E731
     X = rng.standard_normal((5, 3))
-    got = spectral.relu_mlp_jacobian_norms(ws, X)
+    got = compositions.relu_mlp_jacobian_norms(ws, X)
     for x, g in zip(X, got, strict=True):
         J = np.array([(f(x + 1e-6 * e) - f(x - 1e-6 * e)) / 2e-6 for e in np.eye(3)])
         assert np.linalg.norm(J, 2) == pytest.approx(g, rel=1e-6)
@@ -213,11 +213,11 @@ def test_relu_jacobian_norm_matches_finite_differences():
 def test_bounds_are_ordered():
     rng = np.random.default_rng(1)
     ws = [rng.standard_normal((3, 6)), rng.standard_normal((6, 6)), rng.standard_normal((6, 3))]
-    sampled = spectral.relu_mlp_jacobian_norms(ws, rng.standard_normal((5000, 3))).max()
-    assert sampled <= spectral.pattern_bound(ws) * (1 + 1e-12)
-    assert spectral.pattern_bound(ws) <= spectral.product_bound(ws) * (1 + 1e-12)
+    sampled = compositions.relu_mlp_jacobian_norms(ws, rng.standard_normal((5000, 3))).max()
+    assert sampled <= compositions.pattern_bound(ws) * (1 + 1e-12)
+    assert compositions.pattern_bound(ws) <= compositions.product_bound(ws) * (1 + 1e-12)
     # one layer: the bound is exact
-    assert spectral.product_bound(ws[:1]) == pytest.approx(np.linalg.norm(ws[0], 2))
+    assert compositions.product_bound(ws[:1]) == pytest.approx(np.linalg.norm(ws[0], 2))
 
 
 # ---------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_entropy_floor_against_minimisation_with_restarts(T, s):
 
     best = min(minimize(lambda x: _entropy(on_sphere(x)), rng.standard_normal(T),
                         method="BFGS").fun for _ in range(25))
-    floor = float(spectral.entropy_floor(T, s))
+    floor = float(min_entropy.entropy_floor(T, s))
     assert floor <= best + 1e-9
     assert best - floor < 1e-6
 
@@ -251,11 +251,11 @@ def test_entropy_floor_closed_form_and_limits():
     a = s / np.sqrt(2)
     p = 1 / (1 + np.exp(-2 * a))
     h = -(p * np.log(p) + (1 - p) * np.log1p(-p))
-    np.testing.assert_allclose(spectral.entropy_floor(2, s), h, rtol=1e-12)
-    assert float(spectral.entropy_floor(7, 0.0)) == pytest.approx(np.log(7))
-    assert np.all(np.diff(spectral.entropy_floor(16, np.linspace(0, 50, 200))) <= 0)
-    assert float(spectral.entropy_floor(16, 1e300)) == 0.0
-    assert spectral.entropy_floor(3, [[1.0, 2.0]]).shape == (1, 2)
+    np.testing.assert_allclose(min_entropy.entropy_floor(2, s), h, rtol=1e-12)
+    assert float(min_entropy.entropy_floor(7, 0.0)) == pytest.approx(np.log(7))
+    assert np.all(np.diff(min_entropy.entropy_floor(16, np.linspace(0, 50, 200))) <= 0)
+    assert float(min_entropy.entropy_floor(16, 1e300)) == 0.0
+    assert min_entropy.entropy_floor(3, [[1.0, 2.0]]).shape == (1, 2)
 
 
 @SETTINGS
@@ -266,14 +266,14 @@ def test_random_logits_never_beat_the_floor(T, s, seed):
     nrm = np.linalg.norm(c)
     if nrm < 1e-9:
         return
-    assert _entropy(c / nrm * s) >= float(spectral.entropy_floor(T, s)) - 1e-12
+    assert _entropy(c / nrm * s) >= float(min_entropy.entropy_floor(T, s)) - 1e-12
 
 
 @pytest.mark.parametrize("call,exc,match", [
-    (lambda: spectral.entropy_floor(1, 1.0), ValueError, "T must"),
-    (lambda: spectral.entropy_floor(3, -1.0), ValueError, "s must"),
-    (lambda: spectral.entropy_floor(3, np.nan), ValueError, "s must"),
-    (lambda: spectral.entropy_floor(3, "a"), TypeError, "s must"),
+    (lambda: min_entropy.entropy_floor(1, 1.0), ValueError, "T must"),
+    (lambda: min_entropy.entropy_floor(3, -1.0), ValueError, "s must"),
+    (lambda: min_entropy.entropy_floor(3, np.nan), ValueError, "s must"),
+    (lambda: min_entropy.entropy_floor(3, "a"), TypeError, "s must"),
     (lambda: spectral.predicted_error(1.0, 2.0, 1.0, 1), ValueError, "sigma_2"),
     (lambda: spectral.predicted_error(1.0, 0.5, -1.0, 1), ValueError, "tan_theta"),
     (lambda: spectral.predicted_error(1.0, 0.5, 1.0, 0), ValueError, "k must"),
@@ -286,13 +286,13 @@ def test_random_logits_never_beat_the_floor(T, s, seed):
     (lambda: spectral.track_drift(np.ones((2, 2)), 3, -0.1), ValueError, "drift"),
     (lambda: spectral.track_drift(np.ones((2, 2)), 3, 0.1, persistent=1), TypeError,
      "persistent"),
-    (lambda: spectral.product_bound([]), ValueError, "weights"),
-    (lambda: spectral.product_bound(np.ones((2, 2))), TypeError, "weights"),
-    (lambda: spectral.product_bound([np.ones((2, 3)), np.ones((2, 2))]), ValueError,
+    (lambda: compositions.product_bound([]), ValueError, "weights"),
+    (lambda: compositions.product_bound(np.ones((2, 2))), TypeError, "weights"),
+    (lambda: compositions.product_bound([np.ones((2, 3)), np.ones((2, 2))]), ValueError,
      r"weights\[1\]"),
-    (lambda: spectral.relu_mlp_jacobian_norms([np.ones((2, 3))], np.ones((4, 3))),
+    (lambda: compositions.relu_mlp_jacobian_norms([np.ones((2, 3))], np.ones((4, 3))),
      ValueError, "X must"),
-    (lambda: spectral.pattern_bound([np.ones((2, 9)), np.ones((9, 9)), np.ones((9, 2))]),
+    (lambda: compositions.pattern_bound([np.ones((2, 9)), np.ones((9, 9)), np.ones((9, 2))]),
      ValueError, "at most 16"),
     (lambda: spectral.spectral_normalize(np.array([[1.0, 0.0]]), [0.0]), ValueError, "^u must"),
     (lambda: power_iteration(aslinearoperator(np.ones((2, 2))), 1, u0=np.ones(3)),
@@ -306,10 +306,10 @@ def test_bad_input_new(call, exc, match):
 @pytest.mark.parametrize("T", [3, 5, 12])
 def test_three_level_search_finds_nothing_below_the_floor(T):
     for s in (0.2, 1.5, 6.0):
-        found = spectral.min_entropy_three_levels(T, s)
-        floor = float(spectral.entropy_floor(T, s))
+        found = min_entropy.min_entropy_three_levels(T, s)
+        floor = float(min_entropy.entropy_floor(T, s))
         assert floor - 1e-12 <= found <= floor + 1e-9
-    assert spectral.min_entropy_three_levels(2, 1.0) == float(spectral.entropy_floor(2, 1.0))
+    assert min_entropy.min_entropy_three_levels(2, 1.0) == float(min_entropy.entropy_floor(2, 1.0))
 
 
 def test_minimiser_has_one_spike():
@@ -329,9 +329,9 @@ def test_minimiser_has_one_spike():
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: spectral.min_entropy_three_levels(201, 1.0), "T must"),
-    (lambda: spectral.min_entropy_three_levels(4, -1.0), "s must"),
-    (lambda: spectral.min_entropy_three_levels(4, 1.0, grid=8), "grid"),
+    (lambda: min_entropy.min_entropy_three_levels(201, 1.0), "T must"),
+    (lambda: min_entropy.min_entropy_three_levels(4, -1.0), "s must"),
+    (lambda: min_entropy.min_entropy_three_levels(4, 1.0, grid=8), "grid"),
 ])
 def test_three_level_bad_input(call, match):
     with pytest.raises(ValueError, match=match):

@@ -8,7 +8,9 @@ The mathematics, one module per concept:
 - :mod:`lipattn.quadrature` -- the same without sampling: exact two-key quadrature, asymptotes;
 - :mod:`lipattn.init_gradients` -- gradients of one attention read-out at initialisation;
 - :mod:`lipattn.attention` -- single-head self-attention, tokens as rows;
-- :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms, the entropy floor;
+- :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms;
+- :mod:`lipattn.compositions` -- the product of spectral norms against a ReLU network's constant;
+- :mod:`lipattn.min_entropy` -- the entropy floor: the least softmax entropy at a logit norm;
 - :mod:`lipattn.collapse` -- rank collapse: residuals, the cubic bound, deep stacks;
 - :mod:`lipattn.lanczos` -- Golub-Kahan-Lanczos: the spectral norm of any map given by
   its jvp and vjp (:func:`lipattn.jacobian_norm`), with a convergence certificate;
