@@ -1,4 +1,6 @@
-"""Tests of the ball bound and Kim et al.'s L2 bounds in :mod:`lipattn.lipschitz`.
+"""Tests of :mod:`lipattn.bounds`: the chapter's local bound (hypothesis, random and
+adversarial inputs; its terms by hand), the ball bound, the audited formula (it fails
+on explicit inputs for every constant) and Kim et al.'s L2 bounds.
 
 References are independent: dense Jacobians and SVDs, the key piece of the
 Jacobian rebuilt entry by entry from its definition, mpmath's Lambert function,
@@ -14,9 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_lipschitz import I2, _adversarial, problem
 
-from lipattn import adversarial, bounds, l2attention
+from lipattn import adversarial, attention, bounds, l2attention
 from lipattn import lipschitz as lip
+from lipattn.adversarial import two_sided_tokens
+from lipattn.bounds import ball_lipschitz_bound, card_bound, local_lipschitz_bound
+from lipattn.lipschitz import local_lipschitz
 from lipattn.softmax import softmax
 
 
@@ -216,3 +222,81 @@ def test_kim_bound_at_extreme_weights_matches_mpmath(cq, cv):
 def test_kim_bound_beyond_float64_raises_overflow_error():
     with pytest.raises(OverflowError, match="W_Q"):
         bounds.kim_l2_bound(3, np.full((2, 2), 1e300), np.full((2, 2), 1e300))
+
+
+# -- the chapter's local bound and the audited formula, against the exact constant
+def test_card_formula_fails_on_an_explicit_input():
+    X = two_sided_tokens(8.0)
+    exact = local_lipschitz(X, I2, I2, I2)
+    card = card_bound(X, I2, I2, I2)
+    assert card == pytest.approx(1 + 2 * 8.0)   # ||X||_2 = 8 sqrt 2, 2/sqrt 2 = sqrt 2
+    assert exact > 1.7 * card
+
+
+@pytest.mark.parametrize("C", [1.0, 10.0, 1000.0])
+def test_card_formula_fails_for_every_constant(C):
+    # L >= (sqrt2/3) t^2 - 2 and card = C (1 + 2t): t = 3 sqrt2 (C + 1) + 3 suffices
+    t = 3 * math.sqrt(2) * (C + 1) + 3
+    X = two_sided_tokens(t)
+    assert local_lipschitz(X, I2, I2, I2, method="dense") > card_bound(X, I2, I2, I2, C=C)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["random", "two-sided", "sink", "clustered"]),
+       N=st.integers(1, 9), d=st.integers(1, 4), dk=st.integers(1, 4), dv=st.integers(1, 3),
+       log_scale=st.floats(-3, 1.3), w_scale=st.floats(0.1, 3), seed=st.integers(0, 10**6))
+def test_bound_never_below_the_exact_constant(kind, N, d, dk, dv, log_scale, w_scale, seed):
+    rng = np.random.default_rng(seed + 1)
+    X = _adversarial(kind, N, d, 10**log_scale, seed)
+    Wq, Wk, Wv = (w_scale * rng.standard_normal(s) for s in ((d, dk), (d, dk), (d, dv)))
+    exact = local_lipschitz(X, Wq, Wk, Wv, method="dense")
+    assert exact <= local_lipschitz_bound(X, Wq, Wk, Wv) * (1 + 1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(N=st.integers(1, 8), d=st.integers(1, 3), R=st.floats(0.05, 3), seed=st.integers(0, 10**6))
+def test_ball_bound_holds_inside_the_ball(N, d, R, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, d))
+    X *= R * rng.uniform(0, 1, (N, 1)) / np.linalg.norm(X, axis=1, keepdims=True).clip(1e-300)
+    Wq, Wk, Wv = (rng.standard_normal((d, d)) for _ in range(3))
+    assert local_lipschitz(X, Wq, Wk, Wv) <= ball_lipschitz_bound(R, N, Wq, Wk, Wv) * (1 + 1e-12)
+    assert local_lipschitz_bound(X, Wq, Wk, Wv) <= ball_lipschitz_bound(R, N, Wq, Wk, Wv) * (
+        1 + 1e-12)
+
+
+def test_bound_terms_by_hand():
+    """The three terms of the bound, recomputed from their definitions."""
+    X, Wq, Wk, Wv = problem(5, 3, 2, 4, seed=12)
+    terms = bounds.local_lipschitz_bound_terms(X, Wq, Wk, Wv)
+    A = Wq @ Wk.T / math.sqrt(2)
+    P = attention.attention_matrix(X, Wq, Wk)
+    nv = np.linalg.norm(Wv, 2)
+    v, keys = [], 0.0
+    for i in range(5):
+        m = P[i] @ X
+        v.append(sum(P[i, j] * np.sum((X[j] - m) ** 2) for j in range(5)))
+        Ji = np.diag(P[i]) - np.outer(P[i], P[i])
+        keys += np.sum((A.T @ X[i]) ** 2) * np.linalg.eigvalsh(Ji)[-1] * v[-1]
+    assert terms.values == pytest.approx(nv * math.sqrt(P.sum(axis=0).max()), rel=1e-12)
+    assert terms.queries == pytest.approx(nv * np.linalg.norm(A, 2) * max(v), rel=1e-10)
+    assert terms.keys == pytest.approx(nv * math.sqrt(keys), rel=1e-10)
+    assert terms.total == pytest.approx(terms.values + terms.queries + terms.keys)
+
+
+def test_bound_is_quadratic_and_asymptotically_tight_on_the_two_sided_family():
+    for t in (16.0, 64.0):
+        X = two_sided_tokens(t)
+        exact, bound = local_lipschitz(X, I2, I2, I2), local_lipschitz_bound(X, I2, I2, I2)
+        assert abs(bound - math.sqrt(2) / 3 * t**2) < 3.0
+        assert 0 < bound - exact < 2.0
+
+
+def test_bounds_that_overflow_raise_naming_the_arguments():
+    rng = np.random.default_rng(0)
+    X, Q, K, V = rng.standard_normal((4, 3, 3))
+    with pytest.raises(ValueError, match="^X, W_Q, W_K, W_V and C must give a card formula"):
+        bounds.card_bound(1e200 * X, 1e200 * Q, K, V)
+    # intermediate products overflow, the value does not
+    big = bounds.card_bound(X, 1e200 * Q, 1e-200 * K, V)
+    assert big == pytest.approx(bounds.card_bound(X, Q, K, V), rel=1e-13)
