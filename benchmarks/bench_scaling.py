@@ -3,7 +3,7 @@
 :func:`lipattn.scaling.saturation_stats` samples the logits of a query exactly
 from ``||q||^2 ~ chi^2_d`` and ``N`` standard normals, so its time should not
 change between ``d = 1`` and ``d = 4096`` and should grow linearly in
-``samples``. For contrast, :func:`lipattn.scaling.gradient_norms` forms the keys
+``samples``. For contrast, :func:`lipattn.init_gradients.gradient_norms` forms the keys
 and values explicitly and costs ``O(samples * N * d)``.
 
 Run with ``python benchmarks/bench_scaling.py``; :func:`main` returns one dict
@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from lipattn.scaling import gradient_norms, saturation_stats
+from lipattn.init_gradients import gradient_norms
+from lipattn.scaling import saturation_stats
 
 
 def _best_time(fn: Callable[[], object], repeats: int = 3) -> float:

@@ -1,7 +1,8 @@
 """Tests of :mod:`lipattn.lipschitz`: the attention Jacobian against central finite
 differences, jvp/vjp adjointness, exact local constants (dense vs Lanczos vs power
-iteration), the t^2 and sqrt(N) growth, the proved bound (hypothesis, random and
-adversarial inputs), the audited formula, L2 attention, and bad input."""
+iteration), the t^2 and sqrt(N) growth on the adversarial inputs, the constants of
+a model's attention sublayers, masks, and bad input. The bounds are tested in
+test_bounds.py, L2 attention in test_l2attention.py."""
 
 from __future__ import annotations
 
@@ -9,30 +10,24 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from lipattn import attention, lipschitz
+from lipattn import attention
+from lipattn.adversarial import sink_tokens, two_sided_tokens
 from lipattn.attention import self_attention
+from lipattn.bounds import ball_lipschitz_bound, card_bound, kim_l2_bound, local_lipschitz_bound
+from lipattn.l2attention import (
+    l2_attention_jvp,
+    l2_local_lipschitz,
+    l2_self_attention,
+)
 from lipattn.lipschitz import (
     attention_jacobian,
     attention_jvp,
     attention_operator,
     attention_vjp,
-    ball_lipschitz_bound,
-    card_bound,
     golub_kahan_norm,
-    kim_l2_bound,
-    l2_attention_jacobian,
-    l2_attention_jvp,
-    l2_attention_vjp,
-    l2_local_lipschitz,
-    l2_self_attention,
     local_lipschitz,
-    local_lipschitz_bound,
     local_lipschitz_info,
-    sink_tokens,
-    two_sided_tokens,
 )
 from lipattn.spectral import power_iteration, spectral_norm
 from lipattn.sublayers import sublayer_constants
@@ -166,22 +161,6 @@ def test_sqrt_n_growth_at_fixed_radius_and_its_end():
     assert small[-1] < 0.1 * small[0]
 
 
-def test_card_formula_fails_on_an_explicit_input():
-    X = two_sided_tokens(8.0)
-    exact = local_lipschitz(X, I2, I2, I2)
-    card = card_bound(X, I2, I2, I2)
-    assert card == pytest.approx(1 + 2 * 8.0)   # ||X||_2 = 8 sqrt 2, 2/sqrt 2 = sqrt 2
-    assert exact > 1.7 * card
-
-
-@pytest.mark.parametrize("C", [1.0, 10.0, 1000.0])
-def test_card_formula_fails_for_every_constant(C):
-    # L >= (sqrt2/3) t^2 - 2 and card = C (1 + 2t): t = 3 sqrt2 (C + 1) + 3 suffices
-    t = 3 * math.sqrt(2) * (C + 1) + 3
-    X = two_sided_tokens(t)
-    assert local_lipschitz(X, I2, I2, I2, method="dense") > card_bound(X, I2, I2, I2, C=C)
-
-
 def _adversarial(kind, N, d, scale, seed):
     rng = np.random.default_rng(seed)
     if kind == "random":
@@ -193,102 +172,6 @@ def _adversarial(kind, N, d, scale, seed):
     X = scale * rng.standard_normal((N, d))   # near-duplicates
     X[1:] = X[0] + 1e-3 * rng.standard_normal((N - 1, d))
     return X
-
-
-@settings(max_examples=60, deadline=None)
-@given(kind=st.sampled_from(["random", "two-sided", "sink", "clustered"]),
-       N=st.integers(1, 9), d=st.integers(1, 4), dk=st.integers(1, 4), dv=st.integers(1, 3),
-       log_scale=st.floats(-3, 1.3), w_scale=st.floats(0.1, 3), seed=st.integers(0, 10**6))
-def test_bound_never_below_the_exact_constant(kind, N, d, dk, dv, log_scale, w_scale, seed):
-    rng = np.random.default_rng(seed + 1)
-    X = _adversarial(kind, N, d, 10**log_scale, seed)
-    Wq, Wk, Wv = (w_scale * rng.standard_normal(s) for s in ((d, dk), (d, dk), (d, dv)))
-    exact = local_lipschitz(X, Wq, Wk, Wv, method="dense")
-    assert exact <= local_lipschitz_bound(X, Wq, Wk, Wv) * (1 + 1e-12)
-
-
-@settings(max_examples=30, deadline=None)
-@given(N=st.integers(1, 8), d=st.integers(1, 3), R=st.floats(0.05, 3), seed=st.integers(0, 10**6))
-def test_ball_bound_holds_inside_the_ball(N, d, R, seed):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((N, d))
-    X *= R * rng.uniform(0, 1, (N, 1)) / np.linalg.norm(X, axis=1, keepdims=True).clip(1e-300)
-    Wq, Wk, Wv = (rng.standard_normal((d, d)) for _ in range(3))
-    assert local_lipschitz(X, Wq, Wk, Wv) <= ball_lipschitz_bound(R, N, Wq, Wk, Wv) * (1 + 1e-12)
-    assert local_lipschitz_bound(X, Wq, Wk, Wv) <= ball_lipschitz_bound(R, N, Wq, Wk, Wv) * (
-        1 + 1e-12)
-
-
-def test_bound_terms_by_hand():
-    """The three terms of the bound, recomputed from their definitions."""
-    X, Wq, Wk, Wv = problem(5, 3, 2, 4, seed=12)
-    terms = lipschitz.local_lipschitz_bound_terms(X, Wq, Wk, Wv)
-    A = Wq @ Wk.T / math.sqrt(2)
-    P = attention.attention_matrix(X, Wq, Wk)
-    nv = np.linalg.norm(Wv, 2)
-    v, keys = [], 0.0
-    for i in range(5):
-        m = P[i] @ X
-        v.append(sum(P[i, j] * np.sum((X[j] - m) ** 2) for j in range(5)))
-        Ji = np.diag(P[i]) - np.outer(P[i], P[i])
-        keys += np.sum((A.T @ X[i]) ** 2) * np.linalg.eigvalsh(Ji)[-1] * v[-1]
-    assert terms.values == pytest.approx(nv * math.sqrt(P.sum(axis=0).max()), rel=1e-12)
-    assert terms.queries == pytest.approx(nv * np.linalg.norm(A, 2) * max(v), rel=1e-10)
-    assert terms.keys == pytest.approx(nv * math.sqrt(keys), rel=1e-10)
-    assert terms.total == pytest.approx(terms.values + terms.queries + terms.keys)
-
-
-def test_bound_is_quadratic_and_asymptotically_tight_on_the_two_sided_family():
-    for t in (16.0, 64.0):
-        X = two_sided_tokens(t)
-        exact, bound = local_lipschitz(X, I2, I2, I2), local_lipschitz_bound(X, I2, I2, I2)
-        assert abs(bound - math.sqrt(2) / 3 * t**2) < 3.0
-        assert 0 < bound - exact < 2.0
-
-
-# -- L2 attention ------------------------------------------------------------
-def test_l2_attention_matches_a_loop():
-    rng = np.random.default_rng(0)
-    X, Wq = rng.standard_normal((5, 3)), rng.standard_normal((3, 2))
-    Wv = rng.standard_normal((3, 4))
-    out = np.zeros((5, 4))
-    M = Wq @ Wq.T @ Wv / math.sqrt(2)
-    for i in range(5):
-        s = np.array([-np.sum((X[i] @ Wq - X[j] @ Wq) ** 2) / math.sqrt(2) for j in range(5)])
-        w = np.exp(s - s.max())
-        out[i] = (w / w.sum()) @ X @ M
-    np.testing.assert_allclose(l2_self_attention(X, Wq, Wv), out, atol=1e-12)
-
-
-def test_l2_jacobian_matches_central_differences_and_is_adjoint():
-    rng = np.random.default_rng(1)
-    X, Wq = rng.standard_normal((4, 3)), rng.standard_normal((3, 2))
-    Wv = rng.standard_normal((3, 2))
-    J = l2_attention_jacobian(X, Wq, Wv)
-    fd = central_differences(lambda Z: l2_self_attention(Z, Wq, Wv), X)
-    np.testing.assert_allclose(J, fd, atol=1e-7 * np.abs(J).max())
-    E, G = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
-    lhs = np.sum(l2_attention_jvp(X, E, Wq, Wv) * G)
-    assert lhs == pytest.approx(np.sum(E * l2_attention_vjp(X, G, Wq, Wv)), rel=1e-12, abs=1e-12)
-
-
-def test_l2_constants_stay_bounded_and_below_the_kim_bound():
-    ts = [1.0, 4.0, 16.0, 64.0]
-    L = [l2_local_lipschitz(two_sided_tokens(t), I2, I2) for t in ts]
-    assert max(L) < kim_l2_bound(3, I2, I2)
-    assert L[-1] == pytest.approx(L[-2], rel=1e-6)   # the constant settles
-
-
-@settings(max_examples=40, deadline=None)
-@given(kind=st.sampled_from(["random", "two-sided", "sink", "clustered"]),
-       N=st.integers(1, 8), d=st.integers(1, 3), dk=st.integers(1, 3),
-       log_scale=st.floats(-2, 1.5), seed=st.integers(0, 10**6))
-def test_l2_local_constant_below_kim_bound(kind, N, d, dk, log_scale, seed):
-    rng = np.random.default_rng(seed)
-    X = _adversarial(kind, N, d, 10**log_scale, seed)
-    Wq, Wv = rng.standard_normal((d, dk)), rng.standard_normal((d, 2))
-    # at N = 1 the exact-inverse bound is attained (phi^-1(0) = 0), so allow rounding
-    assert l2_local_lipschitz(X, Wq, Wv) <= kim_l2_bound(X.shape[0], Wq, Wv) * (1 + 1e-12)
 
 
 # -- the attention sublayers of a Transformer ----------------------------------
@@ -549,16 +432,6 @@ def test_sublayer_constants_of_multi_head_layers():
             assert c.exact[l_, b] == pytest.approx(np.linalg.norm(J, 2), rel=1e-6)
             assert c.bound[l_, b] >= c.exact[l_, b]
     assert np.all((c.top_weight > 1 / 4) & (c.top_weight <= 1))
-
-
-def test_bounds_that_overflow_raise_naming_the_arguments():
-    rng = np.random.default_rng(0)
-    X, Q, K, V = rng.standard_normal((4, 3, 3))
-    with pytest.raises(ValueError, match="^X, W_Q, W_K, W_V and C must give a card formula"):
-        lipschitz.card_bound(1e200 * X, 1e200 * Q, K, V)
-    # intermediate products overflow, the value does not
-    big = lipschitz.card_bound(X, 1e200 * Q, 1e-200 * K, V)
-    assert big == pytest.approx(lipschitz.card_bound(X, Q, K, V), rel=1e-13)
 
 
 def test_sublayer_constants_names_input_scale():

@@ -27,10 +27,16 @@ from hypothesis.extra.numpy import arrays
 from scipy.sparse.linalg import aslinearoperator
 
 from lipattn import (
+    adversarial,
+    bounds,
     collapse,
+    compositions,
+    init_gradients,
+    l2attention,
     layernorm,
     lipschitz,
     prenorm,
+    quadrature,
     scaling,
     sensitivity,
     spectral,
@@ -124,31 +130,32 @@ CASES = {
     "saturation_stats": (scaling.saturation_stats,
                          {"d": 4, "n_keys": 3, "samples": 10, "seed": 0},
                          {"d": "count", "n_keys": "count", "samples": "count", "seed": "seed"}),
-    "gradient_norms": (scaling.gradient_norms, {"d": 4, "n_keys": 3, "samples": 10, "seed": 0},
+    "gradient_norms": (init_gradients.gradient_norms,
+                       {"d": 4, "n_keys": 3, "samples": 10, "seed": 0},
                        {"d": "count", "n_keys": "count", "samples": "count", "seed": "seed"}),
-    "two_token_expectations_d": (scaling.two_token_expectations_d, {"d": 4, "points": 201},
+    "two_token_expectations_d": (quadrature.two_token_expectations_d, {"d": 4, "points": 201},
                                  {"d": "count", "points": "count"}),
     "softmax": (sm.softmax, {"z": X, "temperature": 1.0}, {"z": "array",
                                                             "temperature": "positive"}),
     "layer_norm": (layernorm.layer_norm, {"x": X, "eps": 1e-5}, {"x": "array",
                                                                  "eps": "positive"}),
-    "local_lipschitz_bound": (lipschitz.local_lipschitz_bound,
+    "local_lipschitz_bound": (bounds.local_lipschitz_bound,
                               {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V},
                               {"X": "array", "W_Q": "array", "W_K": "array", "W_V": "array"}),
-    "card_bound": (lipschitz.card_bound, {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V, "C": 1.0},
+    "card_bound": (bounds.card_bound, {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V, "C": 1.0},
                    {"X": "array", "W_V": "array", "C": "positive"}),
-    "l2_self_attention": (lipschitz.l2_self_attention, {"X": X, "W_Q": W_Q, "W_V": W_V},
+    "l2_self_attention": (l2attention.l2_self_attention, {"X": X, "W_Q": W_Q, "W_V": W_V},
                           {"X": "array", "W_Q": "array", "W_V": "array"}),
-    "l2_local_lipschitz": (lipschitz.l2_local_lipschitz,
+    "l2_local_lipschitz": (l2attention.l2_local_lipschitz,
                            {"X": X, "W_Q": W_Q, "W_V": W_V, "tol": 1e-10},
                            {"X": "array", "W_V": "array", "tol": "tol"}),
     "sublayer_constants": (sublayers.sublayer_constants,
                            {"params": PARAMS, "X": X, "variant": "pre", "tol": 1e-8},
                            {"X": "array", "variant": "choice", "tol": "tol",
                             "input_scale": "positive"}),
-    "two_sided_tokens": (lipschitz.two_sided_tokens, {"t": 1.0, "N": 3, "d": 2},
+    "two_sided_tokens": (adversarial.two_sided_tokens, {"t": 1.0, "N": 3, "d": 2},
                          {"N": "count", "d": "count"}),
-    "sink_tokens": (lipschitz.sink_tokens, {"R": 1.0, "N": 3, "u": [1.0, 0.0]},
+    "sink_tokens": (adversarial.sink_tokens, {"R": 1.0, "N": 3, "u": [1.0, 0.0]},
                     {"N": "count", "u": "array"}),
 }
 
@@ -358,22 +365,22 @@ def test_cubic_constant_that_overflows_raises():
 def test_sink_tokens_are_scale_invariant(c):
     u = np.array([3.0, -4.0])
     ref = np.array([[0.6, -0.8], [0.3, -0.4], [0.3, -0.4]])
-    np.testing.assert_allclose(_quiet(lipschitz.sink_tokens, 2.0, 3, c * u), 2 * ref,
+    np.testing.assert_allclose(_quiet(adversarial.sink_tokens, 2.0, 3, c * u), 2 * ref,
                                rtol=1e-15)
-    np.testing.assert_allclose(_quiet(lipschitz.sink_tokens, c, 3, u), c * ref, rtol=1e-15)
+    np.testing.assert_allclose(_quiet(adversarial.sink_tokens, c, 3, u), c * ref, rtol=1e-15)
 
 
 @pytest.mark.parametrize("c", SCALES)
 def test_bounds_and_norms_are_scale_invariant(c):
-    ref = lipschitz.local_lipschitz_bound(X, W_Q, W_K, W_V)
+    ref = bounds.local_lipschitz_bound(X, W_Q, W_K, W_V)
     # (c X, W_Q / c, W_K / c) has the same logits and the same bound
-    assert _quiet(lipschitz.local_lipschitz_bound, c * X, W_Q / c, W_K / c, W_V) == \
+    assert _quiet(bounds.local_lipschitz_bound, c * X, W_Q / c, W_K / c, W_V) == \
         pytest.approx(ref, rel=1e-12)
-    assert _quiet(lipschitz.local_lipschitz_bound, X, W_Q, W_K, c * W_V) == \
+    assert _quiet(bounds.local_lipschitz_bound, X, W_Q, W_K, c * W_V) == \
         pytest.approx(c * ref, rel=1e-12)
-    card = lipschitz.card_bound(X, W_Q, W_K, W_V)
-    assert _quiet(lipschitz.card_bound, X, W_Q, W_K, c * W_V) == pytest.approx(c * card,
-                                                                               rel=1e-12)
+    card = bounds.card_bound(X, W_Q, W_K, W_V)
+    assert _quiet(bounds.card_bound, X, W_Q, W_K, c * W_V) == pytest.approx(c * card,
+                                                                            rel=1e-12)
     assert _quiet(collapse.diameter, c * X) == pytest.approx(c * collapse.diameter(X),
                                                              rel=1e-13)
     lead = collapse.cubic_leading_term(X, W_Q, W_K, W_V)
@@ -387,7 +394,7 @@ def test_local_bound_stays_above_the_exact_constant():
         Xs, Q, K, V = r.standard_normal((4, 4, 4))
         for t in (1e-3, 1.0, 5.0):
             exact = lipschitz.local_lipschitz(t * Xs, Q, K, V, method="dense")
-            assert exact <= lipschitz.local_lipschitz_bound(t * Xs, Q, K, V) * (1 + 1e-12)
+            assert exact <= bounds.local_lipschitz_bound(t * Xs, Q, K, V) * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("c", [1e10, 1e100, 1e200, 1e300])
@@ -441,13 +448,13 @@ def test_relu_network_norms_are_scale_invariant(c):
     r = np.random.default_rng(4)
     ws = [r.standard_normal((3, 4)), r.standard_normal((4, 4)), r.standard_normal((4, 2))]
     Xs = r.standard_normal((6, 3))
-    ref = (spectral.product_bound(ws), spectral.relu_mlp_jacobian_norms(ws, Xs),
-           spectral.pattern_bound(ws))
+    ref = (compositions.product_bound(ws), compositions.relu_mlp_jacobian_norms(ws, Xs),
+           compositions.pattern_bound(ws))
     scaled = [ws[0], c * ws[1], ws[2]]
-    assert _quiet(spectral.product_bound, scaled) == pytest.approx(c * ref[0], rel=1e-13)
-    np.testing.assert_allclose(_quiet(spectral.relu_mlp_jacobian_norms, scaled, c * Xs),
+    assert _quiet(compositions.product_bound, scaled) == pytest.approx(c * ref[0], rel=1e-13)
+    np.testing.assert_allclose(_quiet(compositions.relu_mlp_jacobian_norms, scaled, c * Xs),
                                c * ref[1], rtol=1e-12, atol=0)
-    assert _quiet(spectral.pattern_bound, scaled) == pytest.approx(c * ref[2], rel=1e-12)
+    assert _quiet(compositions.pattern_bound, scaled) == pytest.approx(c * ref[2], rel=1e-12)
 
 
 def test_dobrushin_rejects_non_stochastic_rows():

@@ -1,4 +1,6 @@
-"""Tests of :mod:`lipattn.scaling` against independent references.
+"""Tests of :mod:`lipattn.scaling` against independent references (the references of
+:mod:`lipattn.quadrature` and :mod:`lipattn.init_gradients`, tested in test_quadrature.py
+and test_init_gradients.py, live here too: the Monte-Carlo tests use them).
 
 References used: mpmath quadrature and sympy Taylor series (two tokens),
 closed forms (two-token Jacobian norm, asymptotes), an exact chi-mixture
@@ -13,27 +15,21 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from lipattn import scaling
+from lipattn import init_gradients, quadrature, scaling
+from lipattn.init_gradients import gradient_norms
+from lipattn.quadrature import rem_entropy_approx, two_token_asymptotes, two_token_expectations
 from lipattn.scaling import (
-    GradientNorms,
     SaturationStats,
-    gradient_norms,
-    rem_entropy_approx,
     sample_logits,
     sample_logits_direct,
     saturation_stats,
     saturation_stats_from_logits,
-    two_token_asymptotes,
-    two_token_expectations,
 )
 from lipattn.softmax import entropy as softmax_entropy
 from lipattn.softmax import softmax
 
 FIELDS = ("entropy", "max_p", "jac_norm")
-ZETA3 = 1.2020569031595942
 
 
 # ---------------------------------------------------------------------------
@@ -112,114 +108,6 @@ def assert_within(mc: SaturationStats, exact, k: float = 4.0) -> None:
         got, se = getattr(mc, f), getattr(mc, f + "_se")
         assert se > 0
         assert abs(got - ex) < k * se, (f, got, ex, se)
-
-
-# ---------------------------------------------------------------------------
-# two tokens: quadrature
-# ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("sigma", [1e-3, 0.1, 0.7, 1.0, 3.0, 30.0, 1e3, 1e4])
-def test_two_token_matches_mpmath(sigma):
-    got = two_token_expectations(sigma)
-    ref = mpmath_two_token(sigma)
-    for f, r in zip(FIELDS, ref, strict=True):
-        assert getattr(got, f) == pytest.approx(r, rel=1e-11, abs=0.0), f
-    # the small complement 1 - max p is accurate too, not just max p
-    assert 1.0 - got.max_p == pytest.approx(1.0 - ref[1], rel=1e-9)
-    assert got.entropy_se == got.max_p_se == got.jac_norm_se == 0.0
-    assert got.n_samples is None
-
-
-def test_two_token_small_sigma_taylor():
-    """Against Taylor series in sigma from sympy (odd powers for max p: the kink of |x|)."""
-    sp = pytest.importorskip("sympy")
-    x = sp.symbols("x", real=True)
-    p = 1 / (1 + sp.exp(-x))
-    order = 12
-    series = {
-        "entropy": sp.series(-p * sp.log(p) - (1 - p) * sp.log(1 - p), x, 0, order).removeO(),
-        "max_p": sp.series(p, x, 0, order).removeO(),  # applied at |Delta|
-        "jac_norm": sp.series(1 / (1 + sp.cosh(x)), x, 0, order).removeO(),
-    }
-    for sigma in (1e-3, 1e-2, 0.05):
-        tau = math.sqrt(2.0) * sigma  # Delta ~ N(0, tau^2)
-        got = two_token_expectations(sigma)
-        for f, poly in series.items():
-            poly = sp.Poly(poly, x)
-            # E|Delta|^k = tau^k 2^(k/2) Gamma((k+1)/2) / sqrt(pi)
-            val = sum(
-                float(c) * tau**k * 2 ** (k / 2) * math.gamma((k + 1) / 2) / math.sqrt(math.pi)
-                for (k,), c in poly.terms()
-            )
-            assert getattr(got, f) == pytest.approx(val, rel=1e-13), (f, sigma)
-
-
-def test_two_token_limits_and_extremes():
-    tiny = two_token_expectations(1e-300)
-    assert tiny.entropy == pytest.approx(math.log(2.0), rel=1e-14)
-    assert tiny.max_p == pytest.approx(0.5, rel=1e-14)
-    assert tiny.jac_norm == pytest.approx(0.5, rel=1e-14)
-    for sigma in (1e8, 1e100, 1e300):  # corrections O(sigma^-2) are invisible here
-        got, asym = two_token_expectations(sigma), two_token_asymptotes(sigma)
-        for f in ("entropy", "jac_norm"):
-            assert getattr(got, f) == pytest.approx(getattr(asym, f), rel=1e-12), (f, sigma)
-        assert 1 - got.max_p == pytest.approx(1 - asym.max_p, rel=1e-7)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.floats(1e-4, 1e5),
-    st.floats(1.001, 10.0),
-)
-def test_two_token_bounds_and_monotonicity(sigma, factor):
-    """Each integrand is monotone in |Delta|, so each mean is monotone in sigma."""
-    a, b = two_token_expectations(sigma), two_token_expectations(sigma * factor)
-    assert 0.0 < b.entropy < a.entropy <= math.log(2.0)
-    assert 0.5 <= a.max_p < b.max_p < 1.0
-    assert 0.0 < b.jac_norm < a.jac_norm <= 0.5
-
-
-# ---------------------------------------------------------------------------
-# two tokens: asymptotes
-# ---------------------------------------------------------------------------
-
-
-def _rel_errors(sigma, terms=1):
-    ex, asym = two_token_expectations(sigma), two_token_asymptotes(sigma, terms=terms)
-    return np.array([
-        asym.jac_norm / ex.jac_norm - 1.0,
-        asym.entropy / ex.entropy - 1.0,
-        (1.0 - asym.max_p) / (1.0 - ex.max_p) - 1.0,  # relative error of the complement
-    ])
-
-
-def test_asymptote_leading_terms():
-    at2 = two_token_asymptotes(2.0)
-    assert at2.jac_norm == pytest.approx(1 / (2 * math.sqrt(math.pi)))
-    assert at2.entropy == pytest.approx(math.pi**1.5 / 12)
-    assert at2.max_p == pytest.approx(1 - math.log(2) / (2 * math.sqrt(math.pi)))
-    sigmas = [3.0, 10.0, 30.0, 100.0, 1e3, 1e4]
-    errs = np.abs([_rel_errors(s) for s in sigmas])
-    assert np.all(np.diff(errs, axis=0) < 0)  # decreasing in sigma
-    assert np.all(np.abs(_rel_errors(11.0)) < 0.01)  # < 1% from sigma ~ 11 on
-    assert np.all(np.abs(_rel_errors(1e3)) < 2e-6)
-
-
-def test_asymptote_next_order_constants():
-    """sigma^2 * relative error -> int x^2 f / (4 int f): pi^2/12, 7 pi^2/60, 3 zeta(3)/(8 ln 2).
-
-    The constants are the closed forms of int x^2 f / int f (pi^2/3 for the
-    Jacobian, 7 pi^2/15 for the entropy, 3 zeta(3) / (2 ln 2) for 1 - max p);
-    the quadrature they are compared with is checked against mpmath above.
-    """
-    expected = np.array([math.pi**2 / 12, 7 * math.pi**2 / 60, 3 * ZETA3 / (8 * math.log(2))])
-    for sigma in (100.0, 300.0):
-        measured = sigma**2 * _rel_errors(sigma) / (1 + _rel_errors(sigma))
-        assert measured == pytest.approx(expected, rel=5e-3)
-    # with the corrections the error is O(sigma^-4)
-    assert np.all(np.abs(_rel_errors(100.0, terms=2)) < 1e-6)
-    assert np.all(np.abs(_rel_errors(100.0, terms=2)) < np.abs(_rel_errors(100.0)) / 100)
 
 
 # ---------------------------------------------------------------------------
@@ -389,95 +277,6 @@ def test_ks_has_power_against_a_wrong_sampler():
 
 
 # ---------------------------------------------------------------------------
-# gradients
-# ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("scaled", [True, False])
-def test_attention_gradients_match_finite_differences(scaled):
-    rng = np.random.default_rng(5)
-    b, n, d = 3, 5, 4
-    args = {
-        "q": rng.standard_normal((b, d)),
-        "k": rng.standard_normal((b, n, d)),
-        "v": rng.standard_normal((b, n, d)),
-        "g": rng.standard_normal((b, d)),
-    }
-    grads = scaling._attention_gradients(**args, scaled=scaled)
-    h = 1e-6
-    for arg, key in (("q", "query"), ("k", "keys"), ("v", "values")):
-        fd = np.zeros_like(args[arg])
-        for idx in np.ndindex(*args[arg].shape[1:]):
-            plus = {a: x.copy() for a, x in args.items()}
-            minus = {a: x.copy() for a, x in args.items()}
-            plus[arg][(slice(None), *idx)] += h
-            minus[arg][(slice(None), *idx)] -= h
-            diff = scaling._attention_loss(**plus, scaled=scaled) - scaling._attention_loss(
-                **minus, scaled=scaled
-            )
-            fd[(slice(None), *idx)] = diff / (2 * h)
-        np.testing.assert_allclose(grads[key], fd, rtol=1e-6, atol=1e-9)
-    # dL/ds by perturbing the logits directly: L(s) = g . softmax(s)^T V
-    s = grads["s"]
-    fd = np.zeros_like(s)
-    for j in range(n):
-        e = np.zeros(n)
-        e[j] = h
-        lp = np.einsum("bn,bnd,bd->b", softmax(s + e), args["v"], args["g"])
-        lm = np.einsum("bn,bnd,bd->b", softmax(s - e), args["v"], args["g"])
-        fd[:, j] = (lp - lm) / (2 * h)
-    np.testing.assert_allclose(grads["logits"], fd, rtol=1e-6, atol=1e-9)
-
-
-def test_gradient_norms_against_fast_sampler_and_identities():
-    d, n_keys, samples = 32, 8, 6_000
-    for scaled in (True, False):
-        gn = gradient_norms(d, n_keys, scaled=scaled, samples=samples, seed=1)
-        assert isinstance(gn, GradientNorms) and gn.n_samples == samples
-        # independent path: logits from the exact fast sampler, u = V g ~ N(0, I_N)
-        s = sample_logits(d, n_keys, scaled=scaled, samples=samples, seed=2)
-        p = softmax(s)
-        u = np.random.default_rng(3).standard_normal(s.shape)
-        ds = np.linalg.norm(p * (u - np.sum(p * u, axis=1, keepdims=True)), axis=1)
-        pn = np.linalg.norm(p, axis=1)
-        for mc, mc_se, ref in ((gn.logits, gn.logits_se, ds), (gn.values, gn.values_se, pn)):
-            se = math.hypot(ref.std(ddof=1) / math.sqrt(samples), mc_se)
-            assert abs(mc - ref.mean()) < 4 * se, (scaled, mc, ref.mean(), se)
-    # conditional identity: E||dq||^2 = E[c^2 (d-1) ||ds||^2 + (s . ds)^2 / ||q||^2]
-    rng = np.random.default_rng(4)
-    b = 4_000
-    for scaled in (True, False):
-        c = 1 / math.sqrt(d) if scaled else 1.0
-        q = rng.standard_normal((b, d))
-        k = rng.standard_normal((b, n_keys, d))
-        v = rng.standard_normal((b, n_keys, d))
-        g = rng.standard_normal((b, d))
-        g /= np.linalg.norm(g, axis=1, keepdims=True)
-        gr = scaling._attention_gradients(q, k, v, g, scaled)
-        lhs = np.sum(gr["query"] ** 2, axis=1)
-        rhs = (c**2 * (d - 1) * np.sum(gr["logits"] ** 2, axis=1)
-               + np.sum(gr["s"] * gr["logits"], axis=1) ** 2 / np.sum(q**2, axis=1))
-        diff = lhs - rhs
-        assert abs(diff.mean()) < 4 * diff.std(ddof=1) / math.sqrt(b)
-        np.testing.assert_allclose(
-            np.linalg.norm(gr["keys"], axis=(1, 2)),
-            c * np.linalg.norm(gr["logits"], axis=1) * np.linalg.norm(q, axis=1),
-            rtol=1e-12,
-        )
-    # at d = 1 scaling divides by 1: identical draws, identical results
-    assert gradient_norms(1, 4, True, 50, seed=0) == gradient_norms(1, 4, False, 50, seed=0)
-
-
-def test_unscaled_query_gradient_is_larger():
-    """Without scaling the query gradient is ~sqrt(d) times the logit gradient."""
-    sc = gradient_norms(256, 16, scaled=True, samples=400, seed=0)
-    un = gradient_norms(256, 16, scaled=False, samples=400, seed=0)
-    assert un.logits < sc.logits * 1.1
-    assert un.query > 3 * sc.query
-    assert sc.query == pytest.approx(sc.logits, rel=0.1)
-
-
-# ---------------------------------------------------------------------------
 # bad input
 # ---------------------------------------------------------------------------
 
@@ -537,15 +336,15 @@ def test_rem_frozen_phase_entropy_is_order_one_not_order_log_n():
 ])
 def test_sampler_sizes_that_would_exhaust_memory_are_rejected(kwargs, name):
     kw = {"d": 4, "n_keys": 3, "samples": 10} | kwargs
-    for fn in (scaling.sample_logits, scaling.saturation_stats, scaling.gradient_samples):
+    for fn in (scaling.sample_logits, scaling.saturation_stats, init_gradients.gradient_samples):
         with pytest.raises(ValueError, match=f"^{name}"):
             fn(**kw)
 
 
 def test_huge_sigma_gives_the_limits_without_overflow():
     for sigma in (1e160, 1e200, 1e300):
-        assert scaling.rem_entropy_approx(sigma, 16) == 0.0
-        st2 = scaling.two_token_asymptotes(sigma, terms=2)
+        assert quadrature.rem_entropy_approx(sigma, 16) == 0.0
+        st2 = quadrature.two_token_asymptotes(sigma, terms=2)
         assert st2.jac_norm == pytest.approx(1 / (math.sqrt(math.pi) * sigma), rel=1e-15)
         assert st2.max_p == 1.0
 

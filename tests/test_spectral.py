@@ -88,9 +88,8 @@ def test_bad_input(call, match):
 # ---------------------------------------------------------------------------
 # the convergence rate
 # ---------------------------------------------------------------------------
-from scipy.optimize import minimize  # noqa: E402
 
-from lipattn import spectral  # noqa: E402
+from lipattn import compositions, min_entropy, spectral  # noqa: E402
 
 
 def exact_sigma_sq(A, u0, iters):
@@ -196,84 +195,11 @@ def test_track_drift_persistent_beats_fresh_and_never_overestimates():
     assert np.all(np.diff(still.sigma_hat) >= -1e-15)  # a fixed W: plain power iteration
 
 
-# ---------------------------------------------------------------------------
-# the product bound of a ReLU network
-# ---------------------------------------------------------------------------
-def test_relu_jacobian_norm_matches_finite_differences():
-    rng = np.random.default_rng(0)
-    ws = [rng.standard_normal((3, 5)), rng.standard_normal((5, 4)), rng.standard_normal((4, 2))]
-    f = lambda x: np.maximum(np.maximum(x @ ws[0], 0) @ ws[1], 0) @ ws[2]  # noqa: E731
-    X = rng.standard_normal((5, 3))
-    got = spectral.relu_mlp_jacobian_norms(ws, X)
-    for x, g in zip(X, got, strict=True):
-        J = np.array([(f(x + 1e-6 * e) - f(x - 1e-6 * e)) / 2e-6 for e in np.eye(3)])
-        assert np.linalg.norm(J, 2) == pytest.approx(g, rel=1e-6)
-
-
-def test_bounds_are_ordered():
-    rng = np.random.default_rng(1)
-    ws = [rng.standard_normal((3, 6)), rng.standard_normal((6, 6)), rng.standard_normal((6, 3))]
-    sampled = spectral.relu_mlp_jacobian_norms(ws, rng.standard_normal((5000, 3))).max()
-    assert sampled <= spectral.pattern_bound(ws) * (1 + 1e-12)
-    assert spectral.pattern_bound(ws) <= spectral.product_bound(ws) * (1 + 1e-12)
-    # one layer: the bound is exact
-    assert spectral.product_bound(ws[:1]) == pytest.approx(np.linalg.norm(ws[0], 2))
-
-
-# ---------------------------------------------------------------------------
-# the entropy floor
-# ---------------------------------------------------------------------------
-def _entropy(a):
-    p = np.exp(a - a.max())
-    p /= p.sum()
-    return float(-np.sum(p * np.log(np.where(p > 0, p, 1.0))))
-
-
-@pytest.mark.parametrize("T", [2, 3, 5, 8])
-@pytest.mark.parametrize("s", [0.3, 1.0, 3.0, 7.0])
-def test_entropy_floor_against_minimisation_with_restarts(T, s):
-    rng = np.random.default_rng(T * 100 + int(10 * s))
-
-    def on_sphere(x):
-        c = x - x.mean()
-        return c / np.linalg.norm(c) * s
-
-    best = min(minimize(lambda x: _entropy(on_sphere(x)), rng.standard_normal(T),
-                        method="BFGS").fun for _ in range(25))
-    floor = float(spectral.entropy_floor(T, s))
-    assert floor <= best + 1e-9
-    assert best - floor < 1e-6
-
-
-def test_entropy_floor_closed_form_and_limits():
-    # T = 2: the only centred vectors are +-(s/sqrt 2)(1, -1)
-    s = np.array([0.0, 0.5, 2.0])
-    a = s / np.sqrt(2)
-    p = 1 / (1 + np.exp(-2 * a))
-    h = -(p * np.log(p) + (1 - p) * np.log1p(-p))
-    np.testing.assert_allclose(spectral.entropy_floor(2, s), h, rtol=1e-12)
-    assert float(spectral.entropy_floor(7, 0.0)) == pytest.approx(np.log(7))
-    assert np.all(np.diff(spectral.entropy_floor(16, np.linspace(0, 50, 200))) <= 0)
-    assert float(spectral.entropy_floor(16, 1e300)) == 0.0
-    assert spectral.entropy_floor(3, [[1.0, 2.0]]).shape == (1, 2)
-
-
-@SETTINGS
-@given(st.integers(2, 12), st.floats(0.0, 30.0), st.integers(0, 10_000))
-def test_random_logits_never_beat_the_floor(T, s, seed):
-    a = np.random.default_rng(seed).standard_normal(T)
-    c = a - a.mean()
-    nrm = np.linalg.norm(c)
-    if nrm < 1e-9:
-        return
-    assert _entropy(c / nrm * s) >= float(spectral.entropy_floor(T, s)) - 1e-12
-
-
 @pytest.mark.parametrize("call,exc,match", [
-    (lambda: spectral.entropy_floor(1, 1.0), ValueError, "T must"),
-    (lambda: spectral.entropy_floor(3, -1.0), ValueError, "s must"),
-    (lambda: spectral.entropy_floor(3, np.nan), ValueError, "s must"),
-    (lambda: spectral.entropy_floor(3, "a"), TypeError, "s must"),
+    (lambda: min_entropy.entropy_floor(1, 1.0), ValueError, "T must"),
+    (lambda: min_entropy.entropy_floor(3, -1.0), ValueError, "s must"),
+    (lambda: min_entropy.entropy_floor(3, np.nan), ValueError, "s must"),
+    (lambda: min_entropy.entropy_floor(3, "a"), TypeError, "s must"),
     (lambda: spectral.predicted_error(1.0, 2.0, 1.0, 1), ValueError, "sigma_2"),
     (lambda: spectral.predicted_error(1.0, 0.5, -1.0, 1), ValueError, "tan_theta"),
     (lambda: spectral.predicted_error(1.0, 0.5, 1.0, 0), ValueError, "k must"),
@@ -286,13 +212,13 @@ def test_random_logits_never_beat_the_floor(T, s, seed):
     (lambda: spectral.track_drift(np.ones((2, 2)), 3, -0.1), ValueError, "drift"),
     (lambda: spectral.track_drift(np.ones((2, 2)), 3, 0.1, persistent=1), TypeError,
      "persistent"),
-    (lambda: spectral.product_bound([]), ValueError, "weights"),
-    (lambda: spectral.product_bound(np.ones((2, 2))), TypeError, "weights"),
-    (lambda: spectral.product_bound([np.ones((2, 3)), np.ones((2, 2))]), ValueError,
+    (lambda: compositions.product_bound([]), ValueError, "weights"),
+    (lambda: compositions.product_bound(np.ones((2, 2))), TypeError, "weights"),
+    (lambda: compositions.product_bound([np.ones((2, 3)), np.ones((2, 2))]), ValueError,
      r"weights\[1\]"),
-    (lambda: spectral.relu_mlp_jacobian_norms([np.ones((2, 3))], np.ones((4, 3))),
+    (lambda: compositions.relu_mlp_jacobian_norms([np.ones((2, 3))], np.ones((4, 3))),
      ValueError, "X must"),
-    (lambda: spectral.pattern_bound([np.ones((2, 9)), np.ones((9, 9)), np.ones((9, 2))]),
+    (lambda: compositions.pattern_bound([np.ones((2, 9)), np.ones((9, 9)), np.ones((9, 2))]),
      ValueError, "at most 16"),
     (lambda: spectral.spectral_normalize(np.array([[1.0, 0.0]]), [0.0]), ValueError, "^u must"),
     (lambda: power_iteration(aslinearoperator(np.ones((2, 2))), 1, u0=np.ones(3)),
@@ -300,41 +226,6 @@ def test_random_logits_never_beat_the_floor(T, s, seed):
 ])
 def test_bad_input_new(call, exc, match):
     with pytest.raises(exc, match=match):
-        call()
-
-
-@pytest.mark.parametrize("T", [3, 5, 12])
-def test_three_level_search_finds_nothing_below_the_floor(T):
-    for s in (0.2, 1.5, 6.0):
-        found = spectral.min_entropy_three_levels(T, s)
-        floor = float(spectral.entropy_floor(T, s))
-        assert floor - 1e-12 <= found <= floor + 1e-9
-    assert spectral.min_entropy_three_levels(2, 1.0) == float(spectral.entropy_floor(2, 1.0))
-
-
-def test_minimiser_has_one_spike():
-    # a BFGS minimiser on the sphere has one entry above the mean, the rest equal
-    T, s = 6, 2.5
-    rng = np.random.default_rng(0)
-
-    def on_sphere(x):
-        c = x - x.mean()
-        return c / np.linalg.norm(c) * s
-
-    res = min((minimize(lambda x: _entropy(on_sphere(x)), rng.standard_normal(T),
-                        method="BFGS", options={"gtol": 1e-10}) for _ in range(10)),
-              key=lambda r: r.fun)
-    a = np.sort(on_sphere(res.x))
-    assert np.sum(a > 0) == 1 and np.ptp(a[:-1]) < 1e-3
-
-
-@pytest.mark.parametrize("call,match", [
-    (lambda: spectral.min_entropy_three_levels(201, 1.0), "T must"),
-    (lambda: spectral.min_entropy_three_levels(4, -1.0), "s must"),
-    (lambda: spectral.min_entropy_three_levels(4, 1.0, grid=8), "grid"),
-])
-def test_three_level_bad_input(call, match):
-    with pytest.raises(ValueError, match=match):
         call()
 
 

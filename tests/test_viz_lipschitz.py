@@ -136,7 +136,8 @@ def test_explorer_frames_change_with_every_slider():
 @pytest.mark.parametrize("t", [0.0, 0.3, 1.0, 3.0, 12.0])
 def test_two_sided_constant_mp_matches_the_dense_svd(t):
     """The two-block reduction against the dense Jacobian's SVD (float64)."""
-    from lipattn.lipschitz import attention_jacobian, two_sided_tokens
+    from lipattn.adversarial import two_sided_tokens
+    from lipattn.lipschitz import attention_jacobian
 
     I2 = np.eye(2)
     dense = np.linalg.norm(attention_jacobian(two_sided_tokens(t), I2, I2, I2), 2)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from lipattn import l2attention
 from lipattn import lipschitz as lip
 from lipattn.book.viz import real
 from lipattn.book.widgets import get_explorer
@@ -79,7 +80,7 @@ def test_scale_curves_match_independent_paths():
         n = [W / np.linalg.norm(W, 2) for W in (Wq, Wk, Wv)]
         sig = lip.local_lipschitz(t * X, *n, method="dense")
         assert abs(c["sigma"][k] - sig) < 1e-7 * sig
-        l2 = lip.l2_local_lipschitz(t * X, Wq, Wv, method="dense")
+        l2 = l2attention.l2_local_lipschitz(t * X, Wq, Wv, method="dense")
         assert abs(c["l2"][k] - l2) < 1e-7 * l2
     with pytest.raises(ValueError, match="family"):
         real.scale_curves("sink", ts)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from lipattn import scaling
+from lipattn import init_gradients, quadrature, scaling
 from lipattn.book.viz import scaling as viz
 from lipattn.book.widgets import get_explorer
 from lipattn.softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
@@ -22,7 +22,7 @@ FIELDS = ("entropy", "max_p", "jac_norm")
 # library additions
 # ---------------------------------------------------------------------------
 def test_two_token_expectations_d_closed_form_at_d2():
-    ex = scaling.two_token_expectations_d(2, scaled=True)
+    ex = quadrature.two_token_expectations_d(2, scaled=True)
     assert ex.max_p == pytest.approx(math.log(2), abs=1e-13)
     assert ex.jac_norm == pytest.approx(2 * math.log(2) - 1, abs=1e-13)
     assert ex.entropy == pytest.approx(2 * math.log(2) - math.pi**2 / 12, abs=1e-13)
@@ -31,8 +31,8 @@ def test_two_token_expectations_d_closed_form_at_d2():
 @pytest.mark.parametrize("d", [1, 3, 16, 500, 4096])
 @pytest.mark.parametrize("scaled", [True, False])
 def test_two_token_expectations_d_converged_and_matches_mc(d, scaled):
-    a = scaling.two_token_expectations_d(d, scaled)
-    b = scaling.two_token_expectations_d(d, scaled, points=4001)
+    a = quadrature.two_token_expectations_d(d, scaled)
+    b = quadrature.two_token_expectations_d(d, scaled, points=4001)
     for f in FIELDS:
         assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-11, abs=1e-15)
     mc = scaling.saturation_stats(d, 2, scaled, samples=40_000, seed=d)
@@ -42,27 +42,28 @@ def test_two_token_expectations_d_converged_and_matches_mc(d, scaled):
 
 def test_two_token_expectations_d_limits():
     # scaled: d -> infinity gives i.i.d. N(0, 1) logits; the gap is O(1/d)
-    lim = scaling.two_token_expectations(1.0)
-    gaps = [abs(scaling.two_token_expectations_d(d, True).jac_norm - lim.jac_norm)
+    lim = quadrature.two_token_expectations(1.0)
+    gaps = [abs(quadrature.two_token_expectations_d(d, True).jac_norm - lim.jac_norm)
             for d in (64, 256, 1024)]
     assert gaps[0] > gaps[1] > gaps[2]
     assert 3.0 < gaps[0] / gaps[1] < 5.0 and 3.0 < gaps[1] / gaps[2] < 5.0
     # d = 1: scaling divides by 1
-    assert scaling.two_token_expectations_d(1, True) == scaling.two_token_expectations_d(1, False)
+    two_d = quadrature.two_token_expectations_d
+    assert two_d(1, True) == two_d(1, False)
     # unscaled, large d: the averaged leading asymptote E[1/(sqrt(pi) ||q||)]
-    ex = scaling.two_token_expectations_d(4096, False).jac_norm
+    ex = quadrature.two_token_expectations_d(4096, False).jac_norm
     assert ex == pytest.approx(viz.mean_inverse_chi(4096) / math.sqrt(math.pi), rel=2e-3)
     with pytest.raises(ValueError, match="d must be"):
-        scaling.two_token_expectations_d(0)
+        quadrature.two_token_expectations_d(0)
     with pytest.raises(ValueError, match="points must be"):
-        scaling.two_token_expectations_d(4, points=10)
+        quadrature.two_token_expectations_d(4, points=10)
 
 
 @pytest.mark.parametrize("d,n_keys,scaled", [(1, 4, True), (7, 8, False), (64, 16, True),
                                               (64, 16, False), (300, 3, False)])
 def test_gradient_norms_fast_matches_direct(d, n_keys, scaled):
-    fast = scaling.gradient_norms_fast(d, n_keys, scaled, samples=20_000, seed=1)
-    slow = scaling.gradient_norms(d, n_keys, scaled, samples=4_000, seed=2)
+    fast = init_gradients.gradient_norms_fast(d, n_keys, scaled, samples=20_000, seed=1)
+    slow = init_gradients.gradient_norms(d, n_keys, scaled, samples=4_000, seed=2)
     for name in ("logits", "query", "keys", "values"):
         se = math.hypot(getattr(fast, name + "_se"), getattr(slow, name + "_se"))
         assert abs(getattr(fast, name) - getattr(slow, name)) < 4.5 * se, name
@@ -70,14 +71,14 @@ def test_gradient_norms_fast_matches_direct(d, n_keys, scaled):
 
 def test_gradient_norms_fast_identities():
     # at d = 1 the two scalings are the same draws
-    assert scaling.gradient_norms_fast(1, 5, True, 100, 0) == scaling.gradient_norms_fast(
-        1, 5, False, 100, 0)
-    g = scaling.gradient_norms_fast(64, 8, False, 5000, 0)
+    fast = init_gradients.gradient_norms_fast
+    assert fast(1, 5, True, 100, 0) == fast(1, 5, False, 100, 0)
+    g = init_gradients.gradient_norms_fast(64, 8, False, 5000, 0)
     assert 1 / math.sqrt(8) <= g.values <= 1.0  # ||p|| in [1/sqrt(N), 1]
     # without scaling the query gradient is several times larger; with scaling it is
     # about the logit gradient ((d - 1)/d in mean square, plus the part along q)
-    sc = scaling.gradient_norms_fast(256, 16, True, 20_000, 3)
-    un = scaling.gradient_norms_fast(256, 16, False, 20_000, 3)
+    sc = init_gradients.gradient_norms_fast(256, 16, True, 20_000, 3)
+    un = init_gradients.gradient_norms_fast(256, 16, False, 20_000, 3)
     assert un.query > 3 * sc.query and un.logits < sc.logits
     assert sc.query == pytest.approx(sc.logits, rel=0.05)
 
@@ -185,7 +186,7 @@ def test_mechanism_overlap_is_the_mean_jacobian_norm():
     for sig in (1.0, 3.0, 10.0):
         dens = np.exp(-x * x / (4 * sig * sig)) / (2 * math.sqrt(math.pi) * sig)
         area = np.trapezoid(dens / (1 + np.cosh(x)), x)
-        assert area == pytest.approx(scaling.two_token_expectations(sig).jac_norm, rel=1e-9)
+        assert area == pytest.approx(quadrature.two_token_expectations(sig).jac_norm, rel=1e-9)
     assert area == pytest.approx(1 / (math.sqrt(math.pi) * 10.0), rel=0.01)
 
 
@@ -246,25 +247,25 @@ def test_gradient_samples_have_the_direct_distribution(d, scaled):
     (two-sample Kolmogorov-Smirnov), and the quantiles against each other."""
     from scipy.stats import ks_2samp
 
-    fast = scaling.gradient_samples(d, 16, scaled, samples=6_000, seed=1)
+    fast = init_gradients.gradient_samples(d, 16, scaled, samples=6_000, seed=1)
     rng = np.random.default_rng(2)
     b = 3_000
     q, k, v = (rng.standard_normal(shape) for shape in ((b, d), (b, 16, d), (b, 16, d)))
     g = rng.standard_normal((b, d))
     g /= np.linalg.norm(g, axis=1, keepdims=True)
-    direct = scaling._attention_gradients(q, k, v, g, scaled)
+    direct = init_gradients._attention_gradients(q, k, v, g, scaled)
     for name in ("logits", "query", "values"):
         ref = np.linalg.norm(direct[name].reshape(b, -1), axis=1)
         assert ks_2samp(fast[name], ref).pvalue > 1e-3, name
-    summary = scaling.gradient_norms_fast(d, 16, scaled, samples=6_000, seed=1)
-    assert summary.query_q == tuple(np.quantile(fast["query"], scaling.QUANTILES))
+    summary = init_gradients.gradient_norms_fast(d, 16, scaled, samples=6_000, seed=1)
+    assert summary.query_q == tuple(np.quantile(fast["query"], init_gradients.QUANTILES))
     assert summary.query_q[0] <= summary.query_q[1] <= summary.query_q[2]
 
 
 def test_gradient_samples_where_the_gradient_goes():
     """Against a direct computation of dL/ds = J u and p: the logit gradient sums
     to 0; the shares are those of the two largest weights / the largest."""
-    x = scaling.gradient_samples(1024, 8, False, samples=2_000, seed=5)
+    x = init_gradients.gradient_samples(1024, 8, False, samples=2_000, seed=5)
     assert np.abs(x["logit_sum"]).max() < 1e-12
     for name in ("logit_top2", "logit_top2_sum", "value_top"):
         assert np.all((x[name] >= 0) & (x[name] <= 1 + 1e-12)), name

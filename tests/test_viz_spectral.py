@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from lipattn import spectral
+from lipattn import compositions, min_entropy, spectral
 from lipattn.book.viz import spectral as viz
 from lipattn.book.widgets import get_explorer
 
@@ -137,17 +137,17 @@ def test_relu_mlp_search_value_is_attained():
                   for e in np.eye(4)])
     assert np.linalg.norm(J, 2) == pytest.approx(best, rel=1e-6)
     # a lower bound on the constant: never above the exhaustive pattern bound
-    assert best <= spectral.pattern_bound(ws) * (1 + 1e-12)
+    assert best <= compositions.pattern_bound(ws) * (1 + 1e-12)
 
 
 def test_paired_pattern_bound_is_between_the_patterns_and_the_product():
     ws = viz.random_mlp([4, 4, 4, 4, 3], seed=2)
-    full = spectral.pattern_bound(ws)
+    full = compositions.pattern_bound(ws)
     paired = viz.paired_pattern_bound(ws)
-    assert full <= paired * (1 + 1e-12) and paired <= spectral.product_bound(ws) * (1 + 1e-12)
-    assert viz.paired_pattern_bound(ws[:2]) == pytest.approx(spectral.pattern_bound(ws[:2]))
+    assert full <= paired * (1 + 1e-12) and paired <= compositions.product_bound(ws) * (1 + 1e-12)
+    assert viz.paired_pattern_bound(ws[:2]) == pytest.approx(compositions.pattern_bound(ws[:2]))
     lone = viz.paired_pattern_bound(ws[:3])          # a pair and a lone layer
-    assert lone == pytest.approx(spectral.pattern_bound(ws[:2]) * np.linalg.norm(ws[2], 2))
+    assert lone == pytest.approx(compositions.pattern_bound(ws[:2]) * np.linalg.norm(ws[2], 2))
 
 
 def test_sn_weight_vjp_matches_finite_differences():
@@ -195,7 +195,7 @@ def test_tracking_summary_orders():
 def test_random_logit_entropies_above_the_floor():
     s = np.array([0.5, 3.0, 20.0])
     h = viz.random_logit_entropies(16, s, samples=300)
-    assert np.all(h >= spectral.entropy_floor(16, s)[:, None] - 1e-12)
+    assert np.all(h >= min_entropy.entropy_floor(16, s)[:, None] - 1e-12)
 
 
 @pytest.mark.parametrize("make", [

@@ -4,13 +4,21 @@ Transformer self-attention*.
 The mathematics, one module per concept:
 
 - :mod:`lipattn.softmax` -- the softmax, its Jacobian and the Jacobian's norms;
-- :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation;
+- :mod:`lipattn.scaling` -- the 1/sqrt(d) scaling and softmax saturation, by Monte Carlo;
+- :mod:`lipattn.quadrature` -- the same without sampling: exact two-key quadrature, asymptotes;
+- :mod:`lipattn.init_gradients` -- gradients of one attention read-out at initialisation;
 - :mod:`lipattn.attention` -- single-head self-attention, tokens as rows;
-- :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms, the entropy floor;
+- :mod:`lipattn.spectral` -- power iteration, its rate, exact spectral norms;
+- :mod:`lipattn.compositions` -- the product of spectral norms against a ReLU network's constant;
+- :mod:`lipattn.min_entropy` -- the entropy floor: the least softmax entropy at a logit norm;
 - :mod:`lipattn.collapse` -- rank collapse: residuals, the cubic bound, deep stacks;
 - :mod:`lipattn.lanczos` -- Golub-Kahan-Lanczos: the spectral norm of any map given by
   its jvp and vjp (:func:`lipattn.jacobian_norm`), with a convergence certificate;
-- :mod:`lipattn.lipschitz` -- the attention Jacobian, exact local Lipschitz constants, bounds;
+- :mod:`lipattn.lipschitz` -- the attention Jacobian and its exact local Lipschitz constant;
+- :mod:`lipattn.bounds` -- upper bounds on that constant (local, on a ball, Kim et al.'s L2
+  bounds) and the audited formula that is not one;
+- :mod:`lipattn.l2attention` -- L2 self-attention, its Jacobian and exact local constant;
+- :mod:`lipattn.adversarial` -- the adversarial inputs: two-sided and sink tokens;
 - :mod:`lipattn.layers` -- the layers of real Transformers (masked multi-head attention with
   biases, grouped-query heads, RoPE and QK-norms; LayerNorm, RMSNorm; the GPT-2 and gated
   MLPs), each with its forward pass, jvp, vjp and parameter gradients, batched;

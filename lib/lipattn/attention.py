@@ -190,6 +190,21 @@ def _balanced(X: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray
     return (*out, a)
 
 
+def _check_2d(X: Any, W_Q: Any, W_K: Any, W_V: Any, mask: Any = None):
+    X, W_Q, W_K, W_V = check_attention_args(X, W_Q, W_K, W_V)
+    if X.ndim != 2:
+        raise ValueError("X must have shape (N, d) with N >= 1 (one sequence); "
+                         f"got shape {X.shape}")
+    return X, W_Q, W_K, W_V, as_mask(mask, X.shape[0])
+
+
+def _check_direction(E: Any, name: str, shape: tuple[int, int]) -> np.ndarray:
+    E = as_real_array(E, name, ndim=2)
+    if E.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}; got shape {E.shape}")
+    return E
+
+
 def attention_logits(X: Any, W_Q: Any, W_K: Any) -> np.ndarray:
     r"""The logits :math:`S = X W_Q (X W_K)^\top / \sqrt{d_k}`.
 

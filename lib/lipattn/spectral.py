@@ -11,11 +11,11 @@ r"""Spectral norms: power iteration as spectral normalisation runs it, and exact
 - :func:`predicted_error` is the closed-form error of power iteration on a
   rank-2 matrix (the rate :math:`(\sigma_2/\sigma_1)^{4k}`);
   :func:`lanczos_cost` counts the products that Lanczos (``svds``) needs.
-- :func:`product_bound`, :func:`pattern_bound` and
-  :func:`relu_mlp_jacobian_norms` compare the product of spectral norms with
-  the Jacobian norms of a bias-free ReLU network.
-- :func:`entropy_floor` is the least softmax entropy at a given centred logit
-  norm (the one-spike vector).
+- :func:`track_drift` follows a persistent ``u`` while the matrix drifts.
+
+The product of spectral norms against the Jacobian norms of a ReLU network is in
+:mod:`lipattn.compositions`; the entropy floor of spectral normalisation in
+:mod:`lipattn.min_entropy`.
 """
 
 from __future__ import annotations
@@ -31,21 +31,18 @@ from ._validate import (
     as_bool,
     as_count,
     as_counts,
-    as_int_at_least,
     as_positive_float,
     as_real_array,
     as_seed,
     as_tol,
     safe_norm,
-    safe_product,
     scale_of,
 )
 
 __all__ = [
     "PowerIteration", "power_iteration", "spectral_norm", "spectral_normalize", "as_operator",
     "predicted_error", "steps_to_tolerance", "matrix_with_spectrum", "CountingOperator",
-    "lanczos_cost", "Tracking", "track_drift", "product_bound", "relu_mlp_jacobian_norms",
-    "pattern_bound", "entropy_floor", "min_entropy_three_levels",
+    "lanczos_cost", "Tracking", "track_drift",
 ]
 
 #: Arrays with at most this many entries get a dense SVD in :func:`spectral_norm`.
@@ -535,225 +532,3 @@ def track_drift(
         est[t] = run.sigma[-1]
         exact[t] = spectral_norm(W)
     return Tracking(sigma_hat=est, sigma=exact)
-
-
-# --------------------------------------------------------------------------
-# Compositions: the product of spectral norms against the true constant
-# --------------------------------------------------------------------------
-def _check_weights(weights: Any) -> list[np.ndarray]:
-    if isinstance(weights, np.ndarray) or not isinstance(weights, (list, tuple)):
-        raise TypeError("weights must be a list of 2-D arrays [W_1, ..., W_L]; "
-                        f"got {type(weights).__name__}")
-    if len(weights) < 1:
-        raise ValueError("weights must contain at least one matrix; got an empty list")
-    ws = [as_real_array(w, f"weights[{i}]", ndim=2) for i, w in enumerate(weights)]
-    for i in range(1, len(ws)):
-        if ws[i].shape[0] != ws[i - 1].shape[1]:
-            raise ValueError(f"weights[{i}] must have {ws[i - 1].shape[1]} rows to follow "
-                             f"weights[{i - 1}] of shape {ws[i - 1].shape}; got {ws[i].shape}")
-    return ws
-
-
-def _scaled_weights(ws: list[np.ndarray]) -> tuple[list[np.ndarray], list[float]]:
-    """Each weight divided by a power of two near its largest entry, and those powers.
-
-    The bias-free ReLU network is positively homogeneous in each weight, so its
-    activation pattern is unchanged and its Jacobian is the product of the
-    powers times the Jacobian of the scaled network (no overflow in between).
-    """
-    scale = [scale_of(w) for w in ws]
-    return [w / c for w, c in zip(ws, scale, strict=True)], scale
-
-
-def _times(values: Any, scale: list[float]) -> Any:
-    """``values * prod(scale)``, or a clear error where that overflows float64."""
-    f = safe_product(*scale, name="weights", what="Jacobian norms")
-    out = np.asarray(values) * f if f else np.zeros_like(values)
-    if not np.all(np.isfinite(out)):
-        raise ResultOverflowError("weights must give Jacobian norms representable in "
-                                  "float64; they overflow")
-    return out
-
-
-def product_bound(weights: Any) -> float:
-    r"""The composition bound :math:`\prod_l \|W_l\|_2` for the bias-free ReLU
-    network :math:`x \mapsto \mathrm{relu}(\cdots\mathrm{relu}(x W_1)\cdots) W_L`
-    (rows are inputs, as in the book).
-
-    Parameters
-    ----------
-    weights : list of ndarray, shapes (d_0, d_1), (d_1, d_2), ..., (d_{L-1}, d_L)
-
-    Returns
-    -------
-    float
-    """
-    norms = [float(np.linalg.norm(w, 2)) for w in _check_weights(weights)]
-    return safe_product(*norms, name="weights", what="a product of norms")
-
-
-def relu_mlp_jacobian_norms(weights: Any, X: Any) -> np.ndarray:
-    r"""Exact :math:`\|J(x)\|_2` of the bias-free ReLU network at each row x of X.
-
-    :math:`J(x) = W_1 D_1(x) W_2 \cdots D_{L-1}(x) W_L` (row-vector convention),
-    with :math:`D_l(x)` the 0/1 diagonal of active units. The network is
-    positively homogeneous, so :math:`J(tx) = J(x)` for :math:`t > 0`.
-
-    Parameters
-    ----------
-    weights : list of ndarray, see :func:`product_bound`
-    X : array_like, shape (M, d_0)
-
-    Returns
-    -------
-    ndarray, shape (M,)
-    """
-    ws, scale = _scaled_weights(_check_weights(weights))
-    X = as_real_array(X, "X", ndim=2)
-    if X.shape[1] != ws[0].shape[0]:
-        raise ValueError(f"X must have {ws[0].shape[0]} columns; got shape {X.shape}")
-    X = X / scale_of(X)  # the activation pattern is invariant under positive scaling
-    h = X @ ws[0]
-    J = np.broadcast_to(ws[0], (X.shape[0], *ws[0].shape))
-    for w in ws[1:]:
-        J = (J * (h > 0)[:, None, :]) @ w
-        h = np.maximum(h, 0.0) @ w
-    return _times(np.linalg.norm(J, 2, axis=(1, 2)), scale)
-
-
-def pattern_bound(weights: Any) -> float:
-    r"""The largest :math:`\|W_1 D_1 W_2 \cdots D_{L-1} W_L\|_2` over **all** 0/1
-    diagonals :math:`D_l`, realisable by an input or not: an upper bound on the
-    Lipschitz constant of the bias-free ReLU network, at most
-    :func:`product_bound`. Exhaustive: the hidden widths must total at most 16.
-
-    Parameters
-    ----------
-    weights : list of ndarray, see :func:`product_bound`
-
-    Returns
-    -------
-    float
-    """
-    ws, scale = _scaled_weights(_check_weights(weights))
-    widths = [w.shape[1] for w in ws[:-1]]
-    if sum(widths) > 16:
-        raise ValueError(f"weights must have hidden widths totalling at most 16 for the "
-                         f"exhaustive search; got {widths}")
-    n = sum(widths)
-    bits = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(float)
-    J = np.broadcast_to(ws[0], (bits.shape[0], *ws[0].shape))
-    start = 0
-    for w, width in zip(ws[1:], widths, strict=True):
-        J = (J * bits[:, None, start:start + width]) @ w
-        start += width
-    return float(_times(np.max(np.linalg.norm(J, 2, axis=(1, 2))), scale))
-
-
-# --------------------------------------------------------------------------
-# The entropy floor
-# --------------------------------------------------------------------------
-def entropy_floor(T: int, s: Any) -> np.ndarray:
-    r"""The smallest entropy of :math:`\mathrm{softmax}(a)` over logit vectors
-    :math:`a \in \mathbb R^T` with centred norm :math:`\|a - \bar a\mathbf 1\|_2 \le s`.
-
-    It is the entropy of the one-spike vector
-    :math:`a = \alpha(e_1 - \mathbf 1/T)`, :math:`\alpha = s\sqrt{T/(T-1)}`:
-
-    .. math:: H_{\min}(T, s) = \log(1 + (T-1)\beta)
-       + \frac{s\sqrt{T(T-1)}\,\beta}{1 + (T-1)\beta},
-       \qquad \beta = e^{-\alpha}.
-
-    That the one-spike vector is the minimiser is proved in the chapter: the
-    Lagrange conditions leave two distinct values in a minimiser, and the
-    second-order conditions leave a single entry at the upper one. Computed
-    without overflow for any finite ``s``; for huge ``s`` the floor underflows
-    to 0.
-
-    Parameters
-    ----------
-    T : int
-        Number of keys, at least 2.
-    s : float or array_like
-        Centred-norm budgets, finite and non-negative.
-
-    Returns
-    -------
-    ndarray, shape of ``s`` (0-d for a scalar), in nats
-    """
-    T = as_int_at_least(T, "T", 2)
-    s_arr = as_real_array(s, "s", min_ndim=0, last_axis_min=0)
-    if np.any(s_arr < 0):
-        raise ValueError(f"s must be finite and non-negative; got {s!r}")
-    alpha = s_arr * np.sqrt(T / (T - 1))
-    beta = np.exp(-alpha)
-    q = (T - 1) * beta
-    return np.log1p(q) + alpha * q / (1 + q)
-
-
-def min_entropy_three_levels(T: int, s: float, grid: int = 721) -> float:
-    r"""The least softmax entropy over centred logit vectors of norm ``s`` whose
-    entries take **at most three distinct values** (a numerical search).
-
-    Every minimiser of the entropy on the sphere has this form (indeed it has
-    two values; see the chapter), so this search is an independent numerical
-    check of :func:`entropy_floor` over a superset of the candidates. For each
-    count triple :math:`(n_1, n_2, n_3)`, :math:`n_1 + n_2 + n_3 = T`, the levels
-    lie on a circle (two linear-quadratic constraints on three numbers); the
-    circle is scanned at ``grid`` angles and the best angle refined by
-    golden-section search. Two-level vectors are the
-    points of those circles where two levels coincide.
-
-    Parameters
-    ----------
-    T : int
-        At least 2 (at most 200: the search visits about T^2/2 triples).
-    s : float
-        Centred norm, finite and non-negative.
-    grid : int
-        Angles per circle, in [16, 10000], with (T-1)(T-2)/2 * grid <= 2e7.
-
-    Returns
-    -------
-    float
-        The smallest entropy found (nats); never below the true minimum over
-        three-level vectors by more than rounding.
-    """
-    T = as_int_at_least(T, "T", 2)
-    if T > 200:
-        raise ValueError(f"T must be at most 200 for the search; got {T}")
-    s = as_positive_float(s, "s", allow_zero=True)
-    grid = as_count(grid, "grid", 16, 10**4)
-    triples = (T - 1) * (T - 2) // 2
-    if triples * grid > 2 * 10**7:
-        raise ValueError(f"T and grid must have (T-1)(T-2)/2 * grid <= 2e7 (memory of the "
-                         f"scan); got T = {T}, grid = {grid}")
-    if T == 2:
-        return float(entropy_floor(2, s))
-    n = np.array([(a, b, T - a - b) for a in range(1, T - 1) for b in range(1, T - a)],
-                 float)                                      # (K, 3) count triples
-    w = np.sqrt(n)
-    basis = np.linalg.svd(w[:, None, :])[2][:, 1:, :]       # (K, 2, 3), orthogonal to sqrt(n)
-    e1, e2 = basis[:, 0] / w, basis[:, 1] / w               # n-orthonormal, n-centred levels
-
-    def ent(ph: np.ndarray) -> np.ndarray:
-        """Entropy at angles ph, shape (K, G) -> (K, G)."""
-        lev = s * (np.cos(ph)[..., None] * e1[:, None, :] + np.sin(ph)[..., None] * e2[:, None, :])
-        lev = lev - lev.max(axis=-1, keepdims=True)
-        wts = n[:, None, :] * np.exp(lev)
-        z = wts.sum(axis=-1)
-        return np.log(z) - (wts * lev).sum(axis=-1) / z
-
-    phi = np.broadcast_to(np.linspace(0, 2 * np.pi, grid, endpoint=False), (n.shape[0], grid))
-    vals = ent(phi)
-    i = np.argmin(vals, axis=1)
-    lo = phi[0, i] - 2 * np.pi / grid
-    hi = phi[0, i] + 2 * np.pi / grid
-    g = (np.sqrt(5) - 1) / 2
-    for _ in range(40):  # golden-section refinement, all triples at once
-        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-        left = ent(a[:, None])[:, 0] < ent(b[:, None])[:, 0]
-        hi = np.where(left, b, hi)
-        lo = np.where(left, lo, a)
-    refined = ent((0.5 * (lo + hi))[:, None])[:, 0]
-    return float(min(vals.min(), refined.min()))

@@ -21,9 +21,10 @@ import numpy as np
 
 from ._validate import as_choice, as_positive_float, as_real_array, safe_norm
 from .attention import _finite_logits
+from .bounds import card_bound, local_lipschitz_bound
 from .lanczos import _check_tol
 from .layers import MultiHeadAttention, layer_lipschitz
-from .lipschitz import card_bound, local_lipschitz, local_lipschitz_bound
+from .lipschitz import local_lipschitz
 from .softmax import softmax
 from .transformer import attention_inputs, check_params
 

@@ -29,16 +29,11 @@ from ..._validate import (
     safe_product,
     scale_of,
 )
+from ...adversarial import sink_tokens, two_sided_tokens
 from ...attention import attention_matrix, check_attention_args
-from ...lipschitz import (
-    card_bound,
-    kim_l2_bound,
-    l2_local_lipschitz,
-    local_lipschitz,
-    local_lipschitz_bound,
-    sink_tokens,
-    two_sided_tokens,
-)
+from ...bounds import card_bound, kim_l2_bound, local_lipschitz_bound
+from ...l2attention import l2_local_lipschitz
+from ...lipschitz import local_lipschitz
 from ...sublayers import SublayerConstants
 from .. import plotting
 from .._check import as_counts, as_reals, as_result

@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 from matplotlib.figure import Figure
 
-from ... import lipschitz as lip
+from ... import adversarial, l2attention
 from ..._blas import single_threaded
 from ..._validate import as_choice, as_count, as_int_at_least, as_real_array, as_seed, as_tol
 from ...layers import MultiHeadAttention, layer_lipschitz
@@ -173,7 +173,7 @@ def variant_constant(name: str, X: np.ndarray, W_Q, W_K, W_V) -> float:
     name = as_choice(name, "name", VARIANTS)
     X = as_real_array(X, "X", ndim=2)
     if name == "l2":
-        return lip.l2_local_lipschitz(X, W_Q, W_V, method="lanczos")
+        return l2attention.l2_local_lipschitz(X, W_Q, W_V, method="lanczos")
     layer = variant_layer(name, W_Q, W_K, W_V)
     return layer_lipschitz(layer, X, tol=1e-9).value
 
@@ -181,7 +181,7 @@ def variant_constant(name: str, X: np.ndarray, W_Q, W_K, W_V) -> float:
 def _family(family: str, d: int, N: int, seed: int):
     """Unit-scale tokens and weights of an input family."""
     if family == "two-sided":
-        return lip.two_sided_tokens(1.0, N, d), np.eye(d), np.eye(d), np.eye(d)
+        return adversarial.two_sided_tokens(1.0, N, d), np.eye(d), np.eye(d), np.eye(d)
     if family != "random":
         raise ValueError(f"family must be 'random' or 'two-sided'; got {family!r}")
     rng = np.random.default_rng(seed)
@@ -246,7 +246,7 @@ def _explorer_data() -> dict:
 
 def _attention(name: str, X, W_Q, W_K, W_V) -> np.ndarray:
     if name == "l2":
-        return lip.l2_attention_matrix(X, W_Q)
+        return l2attention.l2_attention_matrix(X, W_Q)
     core, _, _ = variant_layer(name, W_Q, W_K, W_V).forward(X)[1]
     return core.P[0]
 

@@ -19,15 +19,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from ..._validate import as_bool, as_count, as_int_at_least, as_seed
-from ...scaling import (
-    gradient_norms_fast,
-    saturation_per_row,
-    saturation_stats,
-    saturation_stats_from_logits,
-    two_token_asymptotes,
-    two_token_expectations,
-    two_token_expectations_d,
-)
+from ...init_gradients import gradient_norms_fast
+from ...quadrature import two_token_asymptotes, two_token_expectations, two_token_expectations_d
+from ...scaling import saturation_per_row, saturation_stats, saturation_stats_from_logits
 from ...softmax import entropy, softmax, softmax_jacobian_norm
 from .. import plotting
 from .._check import as_counts, as_reals, as_result
@@ -228,7 +222,7 @@ def fig_saturation_curves(curves: list[SaturationCurves]) -> Figure:
     """E[H], 1 - E[max p] and E||J||_2 against d, log-log, scaled vs unscaled.
 
     Error bars are +-2 standard errors. For N = 2 the exact values
-    (:func:`lipattn.scaling.two_token_expectations_d`) are drawn as thin
+    (:func:`lipattn.quadrature.two_token_expectations_d`) are drawn as thin
     black lines and, without scaling, the leading asymptote averaged over
     ``||q||`` as a dashed grey line.
     """
@@ -499,7 +493,7 @@ def fig_nonmonotone(curves: dict[int, np.ndarray], profile: dict[str, np.ndarray
 # --------------------------------------------------------------------------
 def gradient_curves(n_keys: int = 64, ds: tuple[int, ...] = D_GRID, samples: int = 20_000,
                     seed: int = 0) -> dict:
-    """:func:`lipattn.scaling.gradient_norms_fast` at each d, scaled and unscaled.
+    """:func:`lipattn.init_gradients.gradient_norms_fast` at each d, scaled and unscaled.
 
     Returns ``{"d": ndarray, True: {...}, False: {...}}``; each inner dict maps
     ``logits, query, keys, values`` and their ``_se`` to arrays of shape
@@ -585,7 +579,7 @@ def logit_step_gain(d: int, n_keys: int, scaled: bool, samples: int = 200,
 def fig_rem(n_keys_list: tuple[int, ...] = (64, 1024), samples: int = 400,
             seed: int = 0) -> Figure:
     """E[H] of N i.i.d. N(0, sigma^2) logits (Monte Carlo) against ln N - sigma^2 / 2."""
-    from ...scaling import rem_entropy_approx
+    from ...quadrature import rem_entropy_approx
 
     n_keys_list = as_counts(n_keys_list, "n_keys_list", minimum=2, maximum=10**5)
     if len(n_keys_list) > 2:

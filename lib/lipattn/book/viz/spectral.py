@@ -24,16 +24,14 @@ from ..._validate import (
     as_seed,
     safe_product,
 )
+from ...compositions import pattern_bound, product_bound, relu_mlp_jacobian_norms
 from ...lipschitz import golub_kahan_norm
+from ...min_entropy import entropy_floor
 from ...spectral import (
-    entropy_floor,
     lanczos_cost,
     matrix_with_spectrum,
-    pattern_bound,
     power_iteration,
     predicted_error,
-    product_bound,
-    relu_mlp_jacobian_norms,
     steps_to_tolerance,
     track_drift,
 )
@@ -383,7 +381,7 @@ def random_mlp(widths, seed: int = 0) -> list[np.ndarray]:
 def relu_mlp_search(weights, restarts: int = 2, gens: int = 120, pool: int = 2000,
                     seed: int = 0) -> tuple[float, np.ndarray]:
     """A lower bound on the Lipschitz constant of a bias-free ReLU network by
-    search: the exact ||J(x)||_2 (:func:`lipattn.spectral.relu_mlp_jacobian_norms`)
+    search: the exact ||J(x)||_2 (:func:`lipattn.compositions.relu_mlp_jacobian_norms`)
     maximised over directions x by an evolutionary hill climb.
 
     Each restart keeps the best 8 of ``pool`` random directions, and for ``gens``
@@ -394,7 +392,7 @@ def relu_mlp_search(weights, restarts: int = 2, gens: int = 120, pool: int = 200
 
     Parameters
     ----------
-    weights : list of ndarray, see :func:`lipattn.spectral.product_bound`
+    weights : list of ndarray, see :func:`lipattn.compositions.product_bound`
     restarts, gens, pool : int
     seed : int
 
@@ -436,12 +434,12 @@ def paired_pattern_bound(weights) -> float:
     network, between it and the product of spectral norms: split
     :math:`W_1 D_1 W_2 D_2 W_3 \cdots` into pairs :math:`W_{2i-1} D_{2i-1} W_{2i}`
     (each maximised over all its 0/1 diagonals by
-    :func:`lipattn.spectral.pattern_bound`) and bound the diagonals between the
+    :func:`lipattn.compositions.pattern_bound`) and bound the diagonals between the
     pairs by 1. A lone last layer contributes its spectral norm.
 
     Parameters
     ----------
-    weights : list of ndarray, see :func:`lipattn.spectral.product_bound`
+    weights : list of ndarray, see :func:`lipattn.compositions.product_bound`
         Each pair's middle width at most 16.
 
     Returns
