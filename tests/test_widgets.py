@@ -268,9 +268,11 @@ def test_live_frame_is_the_static_frame_on_a_coarser_grid(name):
     changed = np.abs(site["first"] - site["last"]).max(axis=2) > 60
     assert changed.sum() > 20, "the first and last grid points draw the same picture"
     for k, other in (("first", "last"), ("last", "first")):
-        err = np.abs(live[k] - site[k])
-        assert err.mean() < 8.0, (k, err.mean())  # grey levels of 255: antialiasing only
-        same = err.max(axis=2)[changed].mean()
+        err = np.abs(live[k] - site[k]).max(axis=2)
+        # most pixels agree to a few grey levels of 255 (edges differ by antialiasing
+        # and the static frame's 128-colour palette)
+        assert np.percentile(err, 75) < 10.0, (k, np.percentile(err, [50, 75, 90]))
+        same = err[changed].mean()
         wrong = np.abs(live[k] - site[other]).max(axis=2)[changed].mean()
         assert same < 0.5 * wrong, (k, same, wrong)
 
