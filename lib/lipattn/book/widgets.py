@@ -26,9 +26,11 @@ RGBA buffer with a fast PNG setting. The live frame is drawn at
 :data:`LIVE_DPR` device pixels per CSS pixel and the static frames at
 :data:`~lipattn.book.plotting.DPR`: the *same* figure, whose layout is frozen in
 inches, switches its dpi (one cached background per resolution), so both show
-the same artists at the same CSS size, in the same place. Most of a live
-frame's time is rasterising and PNG-encoding pixels (at ``DPR`` = 2 a frame
-has four times the pixels of a ``DPR`` = 1 frame), not computing.
+the same artists at the same CSS size, in the same place. Measured (CPU time
+per frame, issue 30): computing takes under 1 ms; at ``DPR`` = 2 the PNG took
+17-26 ms (four times the pixels of a ``DPR`` = 1 frame) and drawing the changed
+artists 5-17 ms, most of it text layout (3-5 ms per new readout string, at any
+dpi). At ``LIVE_DPR`` the PNG, unfiltered, takes about 3 ms.
 
 Every explorer factory is registered in :data:`EXPLORERS` so tests and
 benchmarks can iterate over all of them.
