@@ -112,12 +112,16 @@ def test_player_html_has_every_frame_and_control(explorer):
 
 
 def test_frames_are_drawn_for_the_column(explorer):
-    """Frames are 688 CSS px wide (or less), encoded at 2x, with no glyph below
-    8 pt (sub- and superscripts included)."""
+    """Frames are 688 CSS px wide (or less), the static ones encoded at 2x and the
+    live ones at LIVE_DPR, the same CSS size, with no text below 8 pt."""
     from lipattn.book.plotting import smallest_glyph_pt
+    from lipattn.book.widgets import LIVE_DPR
 
-    w, h = Image.open(io.BytesIO(explorer.render())).size
-    assert w <= 2 * 688 and w % 2 == 0
+    css_w, css_h = explorer.css_size
+    assert css_w <= 688
+    assert Image.open(io.BytesIO(explorer.frame_for_site())).size == (2 * css_w, 2 * css_h)
+    assert Image.open(io.BytesIO(explorer.render())).size == (LIVE_DPR * css_w,
+                                                              LIVE_DPR * css_h)
     assert explorer.min_font_pt >= 8.0
     texts = [t for t in explorer.fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
     assert min(smallest_glyph_pt(t) for t in texts) >= 8.0
@@ -255,7 +259,7 @@ def test_explorer_text_stays_inside_its_frame(name):
                 out.add(text[:40])
     assert not out, f"{name}: text outside the frame: {sorted(out)}"
 
-    css_w = ex.canvas.get_width_height()[0] // plotting.DPR
+    css_w = ex.css_size[0]
     declared_px = ex.min_font_pt * plotting.CSS_PX_PER_IN / 72
     phone_w = plotting.phone_min_width(css_w, declared_px)  # as the player sets it
     small = {}
@@ -267,3 +271,56 @@ def test_explorer_text_stays_inside_its_frame(name):
         if desktop < 11.0 or phone < 9.0 - 0.05:
             small[values] = (round(desktop, 1), round(phone, 1))
     assert not small, f"{name}: smallest glyph (desktop px, phone px) too small at {small}"
+
+def _pixels(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=float)
+
+
+def _halve(px: np.ndarray) -> np.ndarray:
+    """2x2 box average: a 2x frame seen on a 1x pixel grid."""
+    h, w = px.shape[0] // 2, px.shape[1] // 2
+    return px[:2 * h, :2 * w].reshape(h, 2, w, 2, 3).mean(axis=(1, 3))
+
+
+@pytest.mark.parametrize("name", sorted(EXPLORERS))
+def test_live_frame_is_the_static_frame_on_a_coarser_grid(name):
+    """The live render (LIVE_DPR) and the static player's frame (DPR) draw the
+    same artists with the same data: at each value, the live PNG matches the
+    static frame averaged down to its size, and matches it better than the
+    static frame of another slider value where those two differ."""
+    from lipattn.book import plotting
+    from lipattn.book.widgets import LIVE_DPR
+
+    assert plotting.DPR == 2 * LIVE_DPR  # the comparison below halves the static frame
+    ex = get_explorer(name)
+    grid = list(ex.grid())
+    first, last = grid[0], grid[-1]
+    live = {k: _pixels(ex.render(**v)) for k, v in (("first", first), ("last", last))}
+    site = {k: _halve(_pixels(ex.frame_for_site(**v))) for k, v in (("first", first),
+                                                                    ("last", last))}
+    # the live frame, drawn after the static ones, is unchanged by them
+    assert np.array_equal(_pixels(ex.render(**first)), live["first"])
+    assert live["first"].shape == site["first"].shape
+    assert ex.css_size == live["first"].shape[1::-1]
+    changed = np.abs(site["first"] - site["last"]).max(axis=2) > 60
+    assert changed.sum() > 20, "the first and last grid points draw the same picture"
+    for k, other in (("first", "last"), ("last", "first")):
+        err = np.abs(live[k] - site[k]).max(axis=2)
+        # most pixels agree to a few grey levels of 255 (edges differ by antialiasing
+        # and the static frame's 128-colour palette)
+        assert np.percentile(err, 75) < 10.0, (k, np.percentile(err, [50, 75, 90]))
+        same = err[changed].mean()
+        wrong = np.abs(live[k] - site[other]).max(axis=2)[changed].mean()
+        assert same < 0.5 * wrong, (k, same, wrong)
+
+
+def test_live_png_encodes_the_exact_pixels():
+    """render's PNG (unfiltered rows, zlib level 1) decodes to the canvas's RGB."""
+    from lipattn.book.widgets import _png
+
+    ex = get_explorer("softmax-saturation")
+    png = ex.render()
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png))), ex.rgba()[..., :3])
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, 256, (7, 5, 4), dtype=np.uint8)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(_png(noise)))), noise[..., :3])
