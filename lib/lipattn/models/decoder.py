@@ -464,8 +464,10 @@ class Decoder:
         :math:`b_O`. With ``include_norm`` (default) it is taken as a function
         of the stream H entering the block (through :math:`\mathrm{Norm}_1`);
         otherwise of the attention's input :math:`\mathrm{Norm}_1(H)`. Each head
-        is computed at its own size (d x d_head weights). ``attention_mask``,
-        ``tol`` and ``seed`` as in :meth:`local_lipschitz`.
+        is computed at its own size (d x d_head weights). In a block with a
+        post-attention norm (Gemma 2), the heads are measured before it: that norm
+        acts on the sum of the heads, so no head has a contribution of its own after
+        it. ``attention_mask``, ``tol`` and ``seed`` as in :meth:`local_lipschitz`.
         """
         return np.array([e.value for e in self.head_lipschitz_info(
             H, layer, include_norm=include_norm, attention_mask=attention_mask, tol=tol,
