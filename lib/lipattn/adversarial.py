@@ -6,8 +6,8 @@ r"""The chapter's adversarial inputs: token families on which the attention cons
   (:func:`lipattn.lipschitz.local_lipschitz`) grows like :math:`t^2` and exceeds
   the audited formula (:func:`lipattn.bounds.card_bound`) for every C.
 - :func:`sink_tokens`: a "sink" token of radius R and N - 1 tokens at half its
-  radius along the same direction, the adversarial input of Castin, Ablin & Peyré
-  (2024) along a top eigenvector of the symmetric part of :math:`A`.
+  radius along the same direction, a top eigenvector of the symmetric part of
+  :math:`A` (Chapter 6's variant of the adversarial inputs of Castin, Ablin & Peyré 2024).
 
 Both are deterministic, exact, and returned as ``(N, d)`` arrays, tokens as rows.
 """
@@ -58,7 +58,8 @@ def sink_tokens(R: float, N: int, u: Any) -> np.ndarray:
 
     With ``u`` a unit eigenvector of the symmetric part of A for a positive
     eigenvalue :math:`\lambda`, every query prefers token 1 by a logit gap of
-    :math:`\lambda R^2/4` (the adversarial input of Castin, Ablin & Peyré 2024).
+    :math:`\lambda R^2/4` (Chapter 6's variant of the adversarial inputs of
+    Castin, Ablin & Peyré 2024).
 
     Parameters
     ----------
