@@ -12,6 +12,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8000
+# matplotlib's font cache lives with the venv: a cache in ~/.cache/matplotlib that another
+# venv wrote (or rebuilt while its files were being removed) can lack matplotlib's own STIX
+# fonts, and every figure then warns on stderr, which fails the -W build.
+export MPLCONFIGDIR ?= $(CURDIR)/$(VENV)/matplotlib
 JB_FLAGS := -n -W --keep-going
 
 .PHONY: venv book html serve test lint unit notebooks browser-deps browser bench lab clean
