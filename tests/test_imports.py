@@ -29,9 +29,9 @@ MATHEMATICS = ("softmax", "scaling", "attention", "spectral", "collapse", "lancz
                "lipschitz", "stabilisers", "layernorm")
 #: What the layers may import: the mathematics below them, and the private helpers.
 BELOW_LAYERS = ("_validate", "_blas", "softmax", "attention", "layernorm", "lanczos")
-#: The models built from the layers: the real decoders, the book's encoder and its
-#: training, experiments and analyses.
-MODELS = ("models", "transformer", "training", "prenorm", "sensitivity", "sublayers")
+#: The models built from the layers: the real decoders, the book's encoder, its training
+#: and the exact constants of its sublayers (the experiments on it are the book's).
+MODELS = ("models",)
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

@@ -34,7 +34,7 @@ from ...attention import attention_matrix, check_attention_args
 from ...bounds import card_bound, kim_l2_bound, local_lipschitz_bound
 from ...l2attention import l2_local_lipschitz
 from ...lipschitz import local_lipschitz
-from ...sublayers import SublayerConstants
+from ...models.encoder_sublayers import SublayerConstants
 from .. import plotting
 from .._check import as_counts, as_reals, as_result
 from ..widgets import Explorer, Slider, register
@@ -277,7 +277,7 @@ def fig_trained(const: dict) -> Figure:
     Parameters
     ----------
     const : dict
-        ``const[variant, state]`` is a :class:`~lipattn.sublayers.SublayerConstants`
+        ``const[variant, state]`` is a :class:`~lipattn.models.encoder_sublayers.SublayerConstants`
         for ``variant`` in ``("pre", "post")`` and ``state`` in
         ``("init", "trained")``. Lines: medians over the batch; triangles: maxima.
     """

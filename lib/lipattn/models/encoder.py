@@ -37,7 +37,7 @@ Parameters are a list with one dict per layer, holding the arrays named in
 leading axes that broadcast against the batch axes of ``X`` (numpy matmul
 rules): weights of shape ``(R, 1, d, d)`` and ``X`` of shape ``(R, B, N, d)``
 run ``R`` independent models on ``B`` sequences each, which is how
-:mod:`lipattn.training` trains many runs at once. Gradients are summed over
+:mod:`lipattn.models.training` trains many runs at once. Gradients are summed over
 the axes a parameter is broadcast along, so they have the parameter's shape.
 Computations run in numpy's promoted dtype of ``X`` and the parameters:
 float32 when both are float32 (as in training), float64 otherwise.
@@ -50,9 +50,9 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_bool, as_choice, as_count, as_real_array, as_seed, as_step
-from .collapse import relative_residual
-from .layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential, attention_logits
+from .._validate import as_bool, as_choice, as_count, as_real_array, as_seed, as_step
+from ..collapse import relative_residual
+from ..layers import MLP, LayerNorm, MultiHeadAttention, Residual, Sequential, attention_logits
 
 __all__ = ["PARAM_NAMES", "MATRICES", "init_params", "forward", "backward", "as_layers",
            "residual_stream", "attention_inputs", "token_diversity", "check_params", "stack_params",
