@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["audit", "quiz", "interview", "plotting", "pretrained", "widgets",
+MODULES = ["audit", "quiz", "interview", "plotting", "pretrained", "widgets", "explorers",
            "viz.collapse", "viz.lipschitz", "viz.logits", "viz.prenorm", "viz.real",
            "viz.scaling", "viz.sensitivity", "viz.softmax", "viz.spectral"]
 PER_CALL_S = 4.0
@@ -179,7 +179,7 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "plotting.figure": dict(),
         "plotting.phone_min_width": dict(css_width=600.0, min_font_px=10.0),
         "widgets.Slider": dict(name="s", values=(1, 2)),
-        "widgets.get_explorer": dict(name="softmax-logits"),
+        "explorers.get_explorer": dict(name="softmax-logits"),
         "viz.collapse.tokens": dict(n=4, d=3),
         "viz.collapse.mlp_weights": dict(d=3, lip=2.0, layers=2),
         "viz.collapse.fig_intro": dict(n=4, layers=2),
@@ -279,7 +279,7 @@ KINDS = {
     "viz.logits.attention_constants.tol": "pos", "viz.logits.head_bounds.tol": "pos",
     "plotting.phone_min_width.css_width": "pos", "plotting.phone_min_width.min_font_px": "pos",
     "plotting.figure.width": "pos", "plotting.figure.height": "pos",
-    "widgets.Slider.kind": "choice", "widgets.get_explorer.name": "choice",
+    "widgets.Slider.kind": "choice", "explorers.get_explorer.name": "choice",
     "viz.collapse.mlp_weights.lip": "pos", "viz.collapse.fig_intro.scale": "pos",
     "viz.collapse.leading_coefficient_table.scale": "pos",
     "viz.collapse.signature_run.scale": "pos", "viz.collapse.skip_curves.scale": "pos",
@@ -321,7 +321,6 @@ SKIP = {
     "plotting.glue_figure": "takes a Figure", "plotting.narrow_copy": "takes a Figure",
     "plotting.use_style": "no arguments", "plotting.setup_notebook": "no arguments",
     "widgets.Explorer": "abstract base; its render is swept per explorer",
-    "widgets.register": "takes an explorer factory",
     "pretrained.train": "trains for minutes; its seed is checked by init (same validator)",
     "pretrained.main": "the command line (argparse)",
     "pretrained.save": "writes a file", "pretrained.Measurements": "a record of measure",
@@ -389,7 +388,7 @@ def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:
 
 def render_cases() -> list[tuple[str, Any, str, Any]]:
     """(explorer name, its class, slider name, bad value) for every explorer's sliders."""
-    from lipattn.book.widgets import EXPLORERS
+    from lipattn.book.explorers import EXPLORERS
 
     out = []
     for name in sorted(EXPLORERS):

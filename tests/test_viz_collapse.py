@@ -9,8 +9,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from lipattn import collapse
+from lipattn.book.explorers import get_explorer
 from lipattn.book.viz import collapse as viz
-from lipattn.book.widgets import get_explorer
 
 
 def test_mlp_weights_have_the_requested_lipschitz_bound():

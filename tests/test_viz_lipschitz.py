@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
+from lipattn.book.explorers import get_explorer
 from lipattn.book.viz import lipschitz as viz
-from lipattn.book.widgets import get_explorer
 from lipattn.lipschitz import local_lipschitz
 
 

@@ -11,8 +11,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from lipattn import init_gradients, quadrature, scaling
+from lipattn.book.explorers import get_explorer
 from lipattn.book.viz import scaling as viz
-from lipattn.book.widgets import get_explorer
 from lipattn.softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
 
 FIELDS = ("entropy", "max_p", "jac_norm")

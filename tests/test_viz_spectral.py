@@ -10,8 +10,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from lipattn import compositions, min_entropy, spectral
+from lipattn.book.explorers import get_explorer
 from lipattn.book.viz import spectral as viz
-from lipattn.book.widgets import get_explorer
 
 NAMES = ["spectral-power", "spectral-tracking"]
 

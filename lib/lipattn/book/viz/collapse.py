@@ -38,7 +38,7 @@ from ...collapse import (
 )
 from .. import plotting
 from .._check import as_counts, as_reals, as_result
-from ..widgets import Explorer, Slider, register
+from ..widgets import Explorer, Slider
 
 __all__ = [
     "tokens",
@@ -525,22 +525,18 @@ def stack_explorer_data() -> dict:
     return out
 
 
-@register
-class StackExplorer(Explorer):
+class StackExplorer(
+        Explorer, name="collapse-stack", size=(8.4, 3.3),
+        title="A stack of attention layers: tokens, relative residual, attention matrix"):
     """Depth, weight scale and block type: tokens, r_l with the cubic bound, attention."""
 
-    name = "collapse-stack"
+    layer = Slider(_LAYER_GRID, label="layer l", default=0)
+    scale = Slider(_SCALES, label="weight scale s", default=1.0)
+    block = Slider(_BLOCKS, label="block", fmt=lambda b: _BLOCK_LABEL[b])
     presets = {"attention only, s = 1": {"block": "pure", "scale": 1.0, "layer": 0},
                "attention only, s = 4": {"block": "pure", "scale": 4.0, "layer": 0},
                "X + f(X), s = 2": {"block": "skip", "scale": 2.0, "layer": 12},
                "X + f(X)/√L, s = 4": {"block": "alpha", "scale": 4.0, "layer": 12}}
-    title = "A stack of attention layers: tokens, relative residual, attention matrix"
-    slider_specs = (
-        Slider("layer", _LAYER_GRID, label="layer l", default=0),
-        Slider("scale", _SCALES, label="weight scale s", default=1.0),
-        Slider("block", _BLOCKS, label="block", fmt=lambda b: _BLOCK_LABEL[b]),
-    )
-    width, height = 8.4, 3.3
 
     def setup(self, fig: Figure):
         self._data = stack_explorer_data()
@@ -637,22 +633,19 @@ def skip_data(seeds: int = 5) -> dict:
     return out
 
 
-@register
-class SkipExplorer(Explorer):
+class SkipExplorer(
+        Explorer, name="collapse-skip", size=(8.4, 3.7),
+        title="Skip connections X + α f(X): what grows, what shrinks "
+              "(20 layers, median of 5 seeds)"):
     """Branch scale alpha and weight scale s: residual, mean token and their ratio."""
 
-    name = "collapse-skip"
+    alpha = Slider(_ALPHAS, label="branch scale α", default=1.0, fmt=_alpha_label)
+    scale = Slider(_SKIP_SCALES, label="weight scale s", default=1.0)
     presets = {"α = 1, s = 1": {"alpha": 1.0, "scale": 1.0},
                "α = 1/8, s = 1": {"alpha": 0.125, "scale": 1.0},
                "α = 1/√20, s = 4": {"alpha": 1 / math.sqrt(20), "scale": 4.0},
                "α = 1/8, s = 4": {"alpha": 0.125, "scale": 4.0},
                "no skips": {"alpha": 0.0, "scale": 1.0}}
-    title = "Skip connections X + α f(X): what grows, what shrinks (20 layers, median of 5 seeds)"
-    slider_specs = (
-        Slider("alpha", _ALPHAS, label="branch scale α", default=1.0, fmt=_alpha_label),
-        Slider("scale", _SKIP_SCALES, label="weight scale s", default=1.0),
-    )
-    width, height = 8.4, 3.7
 
     def setup(self, fig: Figure):
         self._data = skip_data()

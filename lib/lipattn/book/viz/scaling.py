@@ -25,7 +25,7 @@ from ...scaling import saturation_per_row, saturation_stats, saturation_stats_fr
 from ...softmax import entropy, softmax, softmax_jacobian_norm
 from .. import plotting
 from .._check import as_counts, as_reals, as_result
-from ..widgets import Explorer, Slider, register
+from ..widgets import Explorer, Slider
 
 __all__ = [
     "fig_mechanism",
@@ -686,25 +686,20 @@ def _steps(edges: np.ndarray, heights: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.repeat(edges, 2)[1:-1], np.repeat(heights, 2)
 
 
-@register
-class DExplorer(Explorer):
+class DExplorer(Explorer, name="scaling-d", size=(8.4, 4.4),
+                title="Drag the head dimension dₖ: attention with and without the 1/√dₖ scaling"):
     """Drag d with and without 1/sqrt(d): one row, the logits, ||J||_2 over queries, the means."""
 
-    name = "scaling-d"
-    title = "Drag the head dimension dₖ: attention with and without the 1/√dₖ scaling"
-    slider_specs = (
-        Slider("d", _D_SLIDER, label="head dimension dₖ", default=64),
-        Slider("scaled", (True, False), label="divide by √dₖ",
-               fmt=lambda v: "on (scaled)" if v else "off (unscaled)"),
-        Slider("n_keys", _N_GRID, label="number of keys N", default=64),
-    )
+    d = Slider(_D_SLIDER, label="head dimension dₖ", default=64)
+    scaled = Slider((True, False), label="divide by √dₖ",
+                    fmt=lambda v: "on (scaled)" if v else "off (unscaled)")
+    n_keys = Slider(_N_GRID, label="number of keys N", default=64)
     presets = {
         "off, dₖ = 1": {"d": 1, "scaled": False, "n_keys": 64},
         "off, dₖ = 4096": {"d": 4096, "scaled": False, "n_keys": 64},
         "on, dₖ = 4096": {"d": 4096, "scaled": True, "n_keys": 64},
         "N = 2, off": {"d": 16, "scaled": False, "n_keys": 2},
     }
-    width, height = 8.4, 4.4
 
     def setup(self, fig: Figure):
         self._data = {(n, sc): d_explorer_data(n, sc) for n in _N_GRID for sc in (True, False)}
@@ -826,23 +821,18 @@ def _sigma_mean_curve(seed: int = 1, samples: int = 3000) -> np.ndarray:
     return np.array([float(np.mean(softmax_jacobian_norm(s * g))) for s in _CURVE_SIGMAS])
 
 
-@register
-class SigmaExplorer(Explorer):
+class SigmaExplorer(Explorer, name="scaling-sigma", size=(8.4, 3.1),
+                    title="Scale one row of logits s = σ·g (N = 16): saturation of a single query"):
     """Scale one row's logits by sigma: its ||J||_2 falls exponentially, the mean like 1/sigma."""
 
-    name = "scaling-sigma"
-    title = "Scale one row of logits s = σ·g (N = 16): saturation of a single query"
-    slider_specs = (
-        Slider("sigma", _SIGMAS, label="logit scale σ", default=_SIGMAS[6]),
-        Slider("row", (0, 1, 2), label="row (gap between its top two scores g)", default=1,
-               fmt=lambda i: f"gap {sigma_rows()[1][i]:.2f}", kind="choice"),
-    )
+    sigma = Slider(_SIGMAS, label="logit scale σ", default=_SIGMAS[6])
+    row = Slider((0, 1, 2), label="row (gap between its top two scores g)", default=1,
+                 fmt=lambda i: f"gap {sigma_rows()[1][i]:.2f}", kind="choice")
     presets = {
         "middle row, σ = 0.1": {"sigma": _SIGMAS[0], "row": 1},
         "middle row, σ = 100": {"sigma": _SIGMAS[-1], "row": 1},
         "near tie, σ = 100": {"sigma": _SIGMAS[-1], "row": 0},
     }
-    width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):
         rows, self._gaps = sigma_rows()

@@ -37,7 +37,7 @@ from ...spectral import (
 )
 from .. import plotting
 from .._check import as_counts, as_reals, as_result
-from ..widgets import Explorer, Slider, register
+from ..widgets import Explorer, Slider
 
 __all__ = [
     "rotation_matrix",
@@ -701,23 +701,17 @@ def power_explorer_data() -> dict:
     return out
 
 
-@register
-class PowerExplorer(Explorer):
+class PowerExplorer(Explorer, name="spectral-power", size=(8.4, 3.5),
+                    title="Power iteration on a 2 × 2 matrix with σ₁ = 1, σ₂ = ρ"):
     """Power iteration on W = R(30 deg) diag(1, rho): the geometry and the error."""
 
-    name = "spectral-power"
+    k = Slider(tuple(range(1, _K_MAX + 1)), label="step k", default=3)
+    rho = Slider(_RHOS, label="gap ratio ρ = σ₂/σ₁", default=0.9)
+    angle = Slider(_ANGLES, label="start angle to u₁", default=75, fmt=lambda a: f"{a}°")
     presets = {"ρ = 0.5, 10°, k = 1": {"rho": 0.5, "angle": 10, "k": 1},
                "ρ = 0.99, 10°": {"rho": 0.99, "angle": 10, "k": 8},
                "start at 89°": {"rho": 0.5, "angle": 89, "k": 1},
                "start at 90°": {"rho": 0.5, "angle": 90, "k": 8}}
-    title = "Power iteration on a 2 × 2 matrix with σ₁ = 1, σ₂ = ρ"
-    slider_specs = (
-        Slider("k", tuple(range(1, _K_MAX + 1)), label="step k", default=3),
-        Slider("rho", _RHOS, label="gap ratio ρ = σ₂/σ₁", default=0.9),
-        Slider("angle", _ANGLES, label="start angle to u₁", default=75,
-               fmt=lambda a: f"{a}°"),
-    )
-    width, height = 8.4, 3.5
 
     def setup(self, fig: Figure):
         self._data = power_explorer_data()
@@ -775,21 +769,17 @@ class PowerExplorer(Explorer):
 # --------------------------------------------------------------------------
 # Explorer 2: tracking a drifting weight
 # --------------------------------------------------------------------------
-@register
-class TrackingExplorer(Explorer):
+class TrackingExplorer(
+        Explorer, name="spectral-tracking", size=(8.4, 3.2),
+        title="Spectral normalisation while W drifts (48 × 48, σ₂/σ₁ = 0.8 at the start)"):
     """Spectral normalisation of a drifting W: persistent or fresh u."""
 
-    name = "spectral-tracking"
+    drift = Slider(_DRIFTS, label="drift per step η", default=0.01)
+    persistent = Slider((True, False), label="power-iteration vector u",
+                        fmt=lambda p: "kept between steps" if p else "fresh each step")
     presets = {"kept, η = 0.001": {"persistent": True, "drift": 0.001},
                "kept, η = 0.1": {"persistent": True, "drift": 0.1},
                "fresh, η = 0.1": {"persistent": False, "drift": 0.1}}
-    title = "Spectral normalisation while W drifts (48 × 48, σ₂/σ₁ = 0.8 at the start)"
-    slider_specs = (
-        Slider("drift", _DRIFTS, label="drift per step η", default=0.01),
-        Slider("persistent", (True, False), label="power-iteration vector u",
-               fmt=lambda p: "kept between steps" if p else "fresh each step"),
-    )
-    width, height = 8.4, 3.2
 
     def setup(self, fig: Figure):
         self._tr = _tracks()
