@@ -12,14 +12,23 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .viz import collapse, lipschitz, prenorm, real, scaling, softmax, spectral
+from .viz import (
+    collapse_explorers,
+    lipschitz,
+    prenorm,
+    real,
+    scaling_explorers,
+    softmax,
+    spectral,
+    spectral_normalisation,
+)
 from .widgets import Explorer
 
 __all__ = ["MODULES", "EXPLORERS", "get_explorer"]
 
 #: The modules that define the chapters' explorers, in chapter order.
-MODULES: tuple[ModuleType, ...] = (softmax, scaling, collapse, prenorm, spectral, lipschitz,
-                                   real)
+MODULES: tuple[ModuleType, ...] = (softmax, scaling_explorers, collapse_explorers, prenorm,
+                                   spectral, spectral_normalisation, lipschitz, real)
 
 
 def _defined_in(module: ModuleType) -> list[type[Explorer]]:

@@ -25,7 +25,9 @@ checkpoints, and the book's own encoder with its training.
   with Hugging Face's names, initialised as GPT-2 and Llama are;
 - :mod:`~lipattn.models.encoder`: the book's small Post-LN and Pre-LN encoder, a
   :class:`~lipattn.layers.Sequential` of the layers (not imported by this package's
-  ``__init__``: ``from lipattn.models import encoder``);
+  ``__init__``: ``from lipattn.models import encoder``), whose parameters' layout,
+  initialisation and validation are :mod:`~lipattn.models.encoder_params` (re-exported
+  by ``encoder``);
 - :mod:`~lipattn.models.training`: Adam through the layers' ``backward``, on sequence
   reversal for the encoder (``train_reversal``) and on any stack (``train_stack``);
 - :mod:`~lipattn.models.encoder_sublayers`: exact local constants of the encoder's
