@@ -1,4 +1,4 @@
-"""Figures, experiment helpers and the explorer of Chapter 3."""
+"""Figures and experiment helpers of Chapter 3 (lipattn/book/viz/collapse.py)."""
 
 from __future__ import annotations
 

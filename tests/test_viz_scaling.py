@@ -1,4 +1,4 @@
-"""Experiments, figures and explorers of the scaling chapter (lipattn/book/viz/scaling.py),
+"""Experiments and figures of the scaling chapter (lipattn/book/viz/scaling.py),
 and the library functions added for it to lipattn/scaling.py
 (two_token_expectations_d, gradient_norms_fast, saturation_per_row)."""
 

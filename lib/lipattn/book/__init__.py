@@ -6,6 +6,7 @@ use to show them:
 - :mod:`lipattn.book.widgets` -- explorers: one definition, a live widget in a kernel
   and a precomputed frame player on the static site;
 - :mod:`lipattn.book.explorers` -- the registry of every chapter's explorer, by name;
+- :mod:`lipattn.book.player` -- the static frame player's script and style sheet;
 - :mod:`lipattn.book.viz` -- each chapter's experiments, figures and explorers;
 - :mod:`lipattn.book.prenorm` -- Chapter 4's experiments on the book's encoder: gradients
   at initialisation, depth scaling, the amplification effect, interventions on training;
