@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from lipattn.book.widgets import EXPLORERS
+from lipattn.book.explorers import EXPLORERS
 
 MEDIAN_TARGET_MS = 30.0
 P95_TARGET_MS = 60.0

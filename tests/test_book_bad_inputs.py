@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["audit", "quiz", "interview", "plotting", "pretrained", "widgets",
-           "viz.collapse", "viz.lipschitz", "viz.logits", "viz.prenorm", "viz.real",
-           "viz.scaling", "viz.sensitivity", "viz.softmax", "viz.spectral"]
+MODULES = ["audit", "quiz", "interview", "plotting", "pretrained", "widgets", "explorers",
+           "viz.collapse", "viz.collapse_explorers", "viz.lipschitz", "viz.logits",
+           "viz.prenorm", "viz.real", "viz.scaling", "viz.scaling_explorers", "viz.sensitivity",
+           "viz.softmax", "viz.spectral", "viz.spectral_normalisation"]
 PER_CALL_S = 4.0
 
 NAN, INF = float("nan"), float("inf")
@@ -116,7 +117,15 @@ def kind_of(name: str, annotation: Any, default: Any) -> str:
 def _cheap() -> dict[str, dict[str, Any]]:
     """Good, cheap arguments per callable ("module.name"), built lazily."""
     from lipattn.book import audit, pretrained, quiz
-    from lipattn.book.viz import collapse, lipschitz, real, scaling, softmax, spectral
+    from lipattn.book.viz import (
+        collapse,
+        lipschitz,
+        real,
+        scaling,
+        softmax,
+        spectral,
+        spectral_normalisation,
+    )
 
     rng = np.random.default_rng(0)
     X, W = rng.standard_normal((4, 3)), rng.standard_normal((3, 3))
@@ -179,7 +188,7 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "plotting.figure": dict(),
         "plotting.phone_min_width": dict(css_width=600.0, min_font_px=10.0),
         "widgets.Slider": dict(name="s", values=(1, 2)),
-        "widgets.get_explorer": dict(name="softmax-logits"),
+        "explorers.get_explorer": dict(name="softmax-logits"),
         "viz.collapse.tokens": dict(n=4, d=3),
         "viz.collapse.mlp_weights": dict(d=3, lip=2.0, layers=2),
         "viz.collapse.fig_intro": dict(n=4, layers=2),
@@ -194,7 +203,7 @@ def _cheap() -> dict[str, dict[str, Any]]:
             scales=np.array([0.5, 1.0]), layers=2, n=3, d=4, seeds=1)),
         "viz.collapse.gradient_table": dict(n=3, d=3),
         "viz.collapse.init_sharpness": dict(ds=(4, 8), n=3, seeds=1),
-        "viz.collapse.skip_data": dict(seeds=1),
+        "viz.collapse_explorers.skip_data": dict(seeds=1),
         "viz.lipschitz.tokens": dict(config="sink", t=1.0, N=4),
         "viz.lipschitz.castin_code_bound": dict(X=X, W_Q=W, W_K=W, W_V=W),
         "viz.lipschitz.two_sided_constant_mp": dict(t=1.0, dps=30),
@@ -226,8 +235,8 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "viz.scaling.gradient_curves": dict(n_keys=3, ds=(2, 4), samples=10),
         "viz.scaling.logit_step_gain": dict(d=4, n_keys=3, scaled=True, samples=5),
         "viz.scaling.fig_rem": dict(n_keys_list=(4, 8), samples=5),
-        "viz.scaling.d_explorer_data": dict(n_keys=3, scaled=True),
-        "viz.scaling.sigma_rows": dict(),
+        "viz.scaling_explorers.d_explorer_data": dict(n_keys=3, scaled=True),
+        "viz.scaling_explorers.sigma_rows": dict(),
         "viz.softmax.norm_search": dict(n=3, trials=20, steps=3),
         "viz.softmax.fig_norm_search": dict(result=softmax.norm_search(n=3, trials=20, steps=3)),
         "viz.softmax.simplex_grid": dict(resolution=10),
@@ -241,15 +250,17 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "viz.spectral.power_to_residual": dict(A=W @ W.T, tol=1e-6, max_iters=1000),
         "viz.spectral.kps_steps": dict(gamma=0.5, tan2=1.0, rtol=1e-6),
         "viz.spectral.cost_experiment": dict(gaps=(0.1, 0.5), n=10),
-        "viz.spectral.random_mlp": dict(widths=(3, 4, 2)),
-        "viz.spectral.relu_mlp_search": dict(weights=spectral.random_mlp((3, 4, 2)), restarts=1,
-                                             gens=2, pool=8),
-        "viz.spectral.paired_pattern_bound": dict(weights=spectral.random_mlp((3, 4, 2))),
-        "viz.spectral.mlp_bounds": dict(depths=(1, 2), width=3, samples=5),
-        "viz.spectral.pytorch_eval_sigma": dict(W=W, u=np.ones(3), v=np.ones(3)),
-        "viz.spectral.sn_weight_vjp": dict(W=W, u=np.ones(3), v=np.ones(3), G=W),
-        "viz.spectral.random_logit_entropies": dict(T=4, s=np.array([0.5, 1.0]), samples=5),
-        "viz.spectral.fig_entropy_floor": dict(Ts=(2, 4), samples=5),
+        "viz.spectral_normalisation.random_mlp": dict(widths=(3, 4, 2)),
+        "viz.spectral_normalisation.relu_mlp_search": dict(
+            weights=spectral_normalisation.random_mlp((3, 4, 2)), restarts=1, gens=2, pool=8),
+        "viz.spectral_normalisation.paired_pattern_bound": dict(
+            weights=spectral_normalisation.random_mlp((3, 4, 2))),
+        "viz.spectral_normalisation.mlp_bounds": dict(depths=(1, 2), width=3, samples=5),
+        "viz.spectral_normalisation.pytorch_eval_sigma": dict(W=W, u=np.ones(3), v=np.ones(3)),
+        "viz.spectral_normalisation.sn_weight_vjp": dict(W=W, u=np.ones(3), v=np.ones(3), G=W),
+        "viz.spectral_normalisation.random_logit_entropies": dict(T=4, s=np.array([0.5, 1.0]),
+                                                                  samples=5),
+        "viz.spectral_normalisation.fig_entropy_floor": dict(Ts=(2, 4), samples=5),
     }
 
 
@@ -279,7 +290,7 @@ KINDS = {
     "viz.logits.attention_constants.tol": "pos", "viz.logits.head_bounds.tol": "pos",
     "plotting.phone_min_width.css_width": "pos", "plotting.phone_min_width.min_font_px": "pos",
     "plotting.figure.width": "pos", "plotting.figure.height": "pos",
-    "widgets.Slider.kind": "choice", "widgets.get_explorer.name": "choice",
+    "widgets.Slider.kind": "choice", "explorers.get_explorer.name": "choice",
     "viz.collapse.mlp_weights.lip": "pos", "viz.collapse.fig_intro.scale": "pos",
     "viz.collapse.leading_coefficient_table.scale": "pos",
     "viz.collapse.signature_run.scale": "pos", "viz.collapse.skip_curves.scale": "pos",
@@ -303,14 +314,20 @@ KINDS = {
     "viz.spectral.power_to_residual.A": "array", "viz.spectral.power_to_residual.tol": "pos",
     "viz.spectral.kps_steps.gamma": "pos", "viz.spectral.kps_steps.tan2": "pos",
     "viz.spectral.kps_steps.rtol": "pos", "viz.spectral.cost_experiment.gaps": "floats",
-    "viz.spectral.cost_experiment.rtol": "pos", "viz.spectral.random_mlp.widths": "counts",
-    "viz.spectral.relu_mlp_search.weights": "obj", "viz.spectral.paired_pattern_bound.weights":
-    "obj", "viz.spectral.mlp_bounds.depths": "counts",
-    "viz.spectral.pytorch_eval_sigma.W": "array", "viz.spectral.pytorch_eval_sigma.u": "array",
-    "viz.spectral.pytorch_eval_sigma.v": "array", "viz.spectral.sn_weight_vjp.W": "array",
-    "viz.spectral.sn_weight_vjp.u": "array", "viz.spectral.sn_weight_vjp.v": "array",
-    "viz.spectral.sn_weight_vjp.G": "array", "viz.spectral.random_logit_entropies.s": "array",
-    "viz.spectral.fig_entropy_floor.Ts": "counts",
+    "viz.spectral.cost_experiment.rtol": "pos",
+    "viz.spectral_normalisation.random_mlp.widths": "counts",
+    "viz.spectral_normalisation.relu_mlp_search.weights": "obj",
+    "viz.spectral_normalisation.paired_pattern_bound.weights": "obj",
+    "viz.spectral_normalisation.mlp_bounds.depths": "counts",
+    "viz.spectral_normalisation.pytorch_eval_sigma.W": "array",
+    "viz.spectral_normalisation.pytorch_eval_sigma.u": "array",
+    "viz.spectral_normalisation.pytorch_eval_sigma.v": "array",
+    "viz.spectral_normalisation.sn_weight_vjp.W": "array",
+    "viz.spectral_normalisation.sn_weight_vjp.u": "array",
+    "viz.spectral_normalisation.sn_weight_vjp.v": "array",
+    "viz.spectral_normalisation.sn_weight_vjp.G": "array",
+    "viz.spectral_normalisation.random_logit_entropies.s": "array",
+    "viz.spectral_normalisation.fig_entropy_floor.Ts": "counts",
 }
 
 #: Callables the sweep leaves out, with the reason.
@@ -321,17 +338,16 @@ SKIP = {
     "plotting.glue_figure": "takes a Figure", "plotting.narrow_copy": "takes a Figure",
     "plotting.use_style": "no arguments", "plotting.setup_notebook": "no arguments",
     "widgets.Explorer": "abstract base; its render is swept per explorer",
-    "widgets.register": "takes an explorer factory",
     "pretrained.train": "trains for minutes; its seed is checked by init (same validator)",
     "pretrained.main": "the command line (argparse)",
     "pretrained.save": "writes a file", "pretrained.Measurements": "a record of measure",
     "viz.prenorm.training_grid": "no arguments", "viz.prenorm.interventions": "no arguments",
-    "viz.collapse.stack_explorer_data": "no arguments",
+    "viz.collapse_explorers.stack_explorer_data": "no arguments",
     # records that one function returns and the next reads: no public constructor use
     "viz.collapse.SignatureRun": "a record of signature_run",
     "viz.lipschitz.GrowthCurves": "a record of growth_curves",
     "viz.scaling.SaturationCurves": "a record of saturation_curves",
-    "viz.scaling.DExplorerData": "a record of d_explorer_data",
+    "viz.scaling_explorers.DExplorerData": "a record of d_explorer_data",
     "viz.softmax.SearchResult": "a record of norm_search",
 }
 
@@ -354,7 +370,8 @@ def _public() -> list[tuple[str, Any]]:
 
 
 #: Callables whose good call takes seconds (their own tests run it): no check of it here.
-SLOW = {"pretrained.measure", "viz.sensitivity.depth_scan", "viz.spectral.tracking_summary"}
+SLOW = {"pretrained.measure", "viz.sensitivity.depth_scan",
+        "viz.spectral_normalisation.tracking_summary"}
 
 
 def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:
@@ -389,7 +406,7 @@ def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:
 
 def render_cases() -> list[tuple[str, Any, str, Any]]:
     """(explorer name, its class, slider name, bad value) for every explorer's sliders."""
-    from lipattn.book.widgets import EXPLORERS
+    from lipattn.book.explorers import EXPLORERS
 
     out = []
     for name in sorted(EXPLORERS):

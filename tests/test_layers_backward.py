@@ -198,7 +198,7 @@ def _extra(k, ndim):
 
 def _stack(ps):
     """Run r's parameters at index r of a leading axis, then singleton axes (_extra),
-    as lipattn.transformer.stack_params does."""
+    as lipattn.models.encoder.stack_params does."""
     out = {}
     for k in ps[0]:
         a = np.stack([p[k] for p in ps])

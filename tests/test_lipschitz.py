@@ -29,9 +29,9 @@ from lipattn.lipschitz import (
     local_lipschitz,
     local_lipschitz_info,
 )
+from lipattn.models.encoder import attention_inputs, init_params
+from lipattn.models.encoder_sublayers import sublayer_constants
 from lipattn.spectral import power_iteration, spectral_norm
-from lipattn.sublayers import sublayer_constants
-from lipattn.transformer import attention_inputs, init_params
 
 I2 = np.eye(2)
 SHAPES = [(1, 1, 1, 1), (3, 2, 2, 2), (5, 4, 3, 2), (7, 3, 5, 6)]
@@ -190,7 +190,7 @@ def _tiny_model(seed=0, layers=2, d=4):
 def test_sublayer_constants_match_the_svd_of_finite_differences(variant, scale):
     """The exact constant of each layer's sublayer H -> A(H), from central
     differences of the model's own attention computation, and the formulas."""
-    from lipattn.transformer import _attn_fwd
+    from lipattn.models.encoder import _attn_fwd
 
     params = _tiny_model()
     X = 2 * np.random.default_rng(3).standard_normal((3, 5, 4))
@@ -417,7 +417,7 @@ def test_sublayer_constants_of_multi_head_layers():
     """Several heads: the exact constant of the whole sublayer against the SVD of
     central differences of the encoder's own multi-head attention; the summed
     per-head bound stays above it."""
-    from lipattn.transformer import _attn_fwd
+    from lipattn.models.encoder import _attn_fwd
 
     params = init_params(2, 6, heads=3, d_ff=5, seed=4)
     rng = np.random.default_rng(5)
@@ -435,7 +435,7 @@ def test_sublayer_constants_of_multi_head_layers():
 
 
 def test_sublayer_constants_names_input_scale():
-    from lipattn.transformer import init_params
+    from lipattn.models.encoder import init_params
     p = init_params(1, 4, seed=0)
     X = np.random.default_rng(1).standard_normal((2, 4))
     with pytest.raises(ValueError, match="^input_scale must keep the attention logits"):

@@ -1,4 +1,4 @@
-"""The Pre-LN vs Post-LN experiments (lipattn/prenorm.py, lipattn/training.py)
+"""The Pre-LN vs Post-LN experiments (lipattn/book/prenorm.py, lipattn/models/training.py)
 and the chapter's figures and explorers (lipattn/book/viz/prenorm.py)."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from lipattn import prenorm, training, transformer
 from lipattn._blas import single_threaded_blas
+from lipattn.book import prenorm
 from lipattn.book.viz import prenorm as viz
+from lipattn.models import encoder, training
 
-W2 = transformer.MATRICES.index("W_2")
+W2 = encoder.MATRICES.index("W_2")
 
 
 # ---------------------------------------------------------------------------
@@ -39,11 +40,11 @@ def test_pre_ln_last_layer_scales_like_inverse_sqrt_depth():
 def test_profile_internals_match_independent_computations():
     prof = prenorm.init_profile(4, 16, "pre", seeds=3)
     # the final LN's 1/s against the stream's last state, recomputed
-    params = transformer.stack_params([transformer.init_params(4, 16, seed=s)
+    params = encoder.stack_params([encoder.init_params(4, 16, seed=s)
                                        for s in range(3)])
     rng = np.random.default_rng([4, 16, 16])
     X = rng.standard_normal((3, 16, 16))
-    last = transformer.residual_stream(params, X, variant="pre")[-1]
+    last = encoder.residual_stream(params, X, variant="pre")[-1]
     inv_s = 1 / np.sqrt(last.var(axis=-1) + 1e-5)
     np.testing.assert_allclose(prof.final_inv_s, inv_s.mean(axis=-1), rtol=1e-10)
     np.testing.assert_allclose(prof.second_moment[:, -1], np.mean(last**2, axis=(1, 2)))
@@ -134,7 +135,7 @@ def test_trained_model_roundtrip():
     assert logits.shape == (5, 8, 16) and np.all(np.isfinite(logits))
     # the same model run by the batched trainer's forward: first step's loss
     X = model["embed"][tokens] + model["pos"]
-    out = transformer.forward(model["blocks"], X, variant="pre")
+    out = encoder.forward(model["blocks"], X, variant="pre")
     np.testing.assert_allclose(out @ model["unembed"], logits)
     with pytest.raises(ValueError, match="tokens"):
         training.model_forward(model, np.full((2, 8), 16))
@@ -176,7 +177,7 @@ def test_depth_explorer_shows_the_profile_it_claims():
     """The chapter's 'try this': Post-LN, L = 24, W_Q falls by orders of magnitude
     and the output diversity is near 1e-3; Pre-LN's W_2 falls too."""
     prof = viz.profiles(24)
-    j = transformer.MATRICES.index("W_Q")
+    j = encoder.MATRICES.index("W_Q")
     g = prof["post"].grad.mean(axis=0)[:, j]
     assert g[-1] / g[0] < 1e-3
     assert prof["post"].diversity[:, -1].mean() < 5e-3
@@ -185,11 +186,11 @@ def test_depth_explorer_shows_the_profile_it_claims():
 
 
 def test_more_bad_inputs():
-    p = transformer.init_params(1, 4, seed=0)
+    p = encoder.init_params(1, 4, seed=0)
     with pytest.raises(ValueError, match="variant"):
-        transformer.gradient_check(p, np.zeros((2, 4)), variant="mid")
+        encoder.gradient_check(p, np.zeros((2, 4)), variant="mid")
     with pytest.raises(ValueError, match="X must"):
-        transformer.gradient_check(p, np.zeros((2, 3)), variant="pre")
+        encoder.gradient_check(p, np.zeros((2, 3)), variant="pre")
     with pytest.raises(ValueError, match="^x must have at least 3 points"):
         prenorm.fit_log([1, 2], [1, 2])
     with pytest.raises(ValueError, match="^x must be positive"):
@@ -237,10 +238,10 @@ def test_profile_bands_are_median_and_quantiles():
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("variant", ["post", "pre"])
 def test_encoder_layer_matches_the_encoder_and_its_dense_jacobian(variant):
-    from lipattn import sensitivity
-    params = transformer.init_params(3, 8, heads=2, seed=1)
+    from lipattn.book import sensitivity
+    params = encoder.init_params(3, 8, heads=2, seed=1)
     X = np.random.default_rng(2).standard_normal((5, 8))
-    stream = transformer.residual_stream(params, X, variant=variant)
+    stream = encoder.residual_stream(params, X, variant=variant)
     for l_, p in enumerate(params):
         ps = {k: v if k == "heads" else np.reshape(v, np.shape(v)[-2:] if k.startswith("W_")
                                                    else (-1,)) for k, v in p.items()}
@@ -252,7 +253,7 @@ def test_encoder_layer_matches_the_encoder_and_its_dense_jacobian(variant):
     Xs, _ = prenorm._inputs(3, 8, 2, 5)
     for s in range(2):
         fd = sensitivity.layer_jacobian_norms(
-            transformer.init_params(3, 8, seed=s), Xs[s], variant=variant)
+            encoder.init_params(3, 8, seed=s), Xs[s], variant=variant)
         np.testing.assert_allclose(exact[s], fd, rtol=1e-6)
 
 

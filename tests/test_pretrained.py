@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from lipattn import training
 from lipattn.book import pretrained
 from lipattn.book.viz import prenorm
-from lipattn.transformer import PARAM_NAMES
+from lipattn.models import training
+from lipattn.models.encoder import PARAM_NAMES
 
 
 def test_recipe_is_chapter_4s():

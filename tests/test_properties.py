@@ -35,17 +35,14 @@ from lipattn import (
     l2attention,
     layernorm,
     lipschitz,
-    prenorm,
     quadrature,
     scaling,
-    sensitivity,
     spectral,
-    sublayers,
-    training,
-    transformer,
 )
 from lipattn import softmax as sm
 from lipattn.attention import check_attention_args
+from lipattn.book import prenorm, sensitivity
+from lipattn.models import encoder, encoder_sublayers, training
 
 SCALES = [1e-200, 1e-100, 1e-10, 1e10, 1e100, 1e200]
 FAST = settings(max_examples=25, deadline=None,
@@ -56,8 +53,8 @@ X = _rng.standard_normal((3, 4))
 W_Q, W_K = _rng.standard_normal((2, 4, 2))
 W_V = _rng.standard_normal((4, 4))
 A = _rng.standard_normal((5, 3))
-PARAMS = transformer.init_params(1, 4, d_ff=4, seed=0)
-TINY = transformer.init_params(1, 2, d_ff=2, seed=0)
+PARAMS = encoder.init_params(1, 4, d_ff=4, seed=0)
+TINY = encoder.init_params(1, 2, d_ff=2, seed=0)
 
 # ---------------------------------------------------------------------------
 # bad inputs: (function, valid keyword arguments, {argument: kind})
@@ -96,11 +93,11 @@ CASES = {
                    {"X": "array", "W_V": "array", "layers": "count"}),
     "check_attention_args": (check_attention_args, {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V},
                              {"X": "array", "W_Q": "array", "W_K": "array", "W_V": "array"}),
-    "init_params": (transformer.init_params, {"layers": 1, "d": 4, "heads": 1, "seed": 0},
+    "init_params": (encoder.init_params, {"layers": 1, "d": 4, "heads": 1, "seed": 0},
                     {"layers": "count", "d": "count", "heads": "count", "seed": "seed"}),
-    "forward": (transformer.forward, {"params": PARAMS, "X": X, "variant": "pre"},
+    "forward": (encoder.forward, {"params": PARAMS, "X": X, "variant": "pre"},
                 {"params": "params", "X": "array", "variant": "choice"}),
-    "gradient_check": (transformer.gradient_check,
+    "gradient_check": (encoder.gradient_check,
                        {"params": TINY, "X": X[:2, :2], "variant": "pre", "seed": 0, "h": 1e-6},
                        {"X": "array", "seed": "seed", "h": "step"}),
     "init_model": (training.init_model,
@@ -149,7 +146,7 @@ CASES = {
     "l2_local_lipschitz": (l2attention.l2_local_lipschitz,
                            {"X": X, "W_Q": W_Q, "W_V": W_V, "tol": 1e-10},
                            {"X": "array", "W_V": "array", "tol": "tol"}),
-    "sublayer_constants": (sublayers.sublayer_constants,
+    "sublayer_constants": (encoder_sublayers.sublayer_constants,
                            {"params": PARAMS, "X": X, "variant": "pre", "tol": 1e-8},
                            {"X": "array", "variant": "choice", "tol": "tol",
                             "input_scale": "positive"}),
@@ -246,13 +243,13 @@ def test_check_params_names_the_bad_entry(key, bad):
     arr = np.asarray(p[0][key])
     p[0][key] = np.full(arr.shape, bad)
     with pytest.raises((ValueError, TypeError), match=re.escape(f"params[0]['{key}']")):
-        transformer.forward(p, X, variant="pre")
+        encoder.forward(p, X, variant="pre")
 
 
 def test_stack_params_rejects_differing_heads():
     with pytest.raises(ValueError, match="heads"):
-        transformer.stack_params([transformer.init_params(1, 4, heads=2),
-                                  transformer.init_params(1, 4, heads=1)])
+        encoder.stack_params([encoder.init_params(1, 4, heads=2),
+                              encoder.init_params(1, 4, heads=1)])
 
 
 @pytest.mark.parametrize("betas", [(0.9, 1.5), (1.0, 0.98), (-0.1, 0.9), (0.9,), 0.9,
@@ -401,7 +398,7 @@ def test_local_bound_stays_above_the_exact_constant():
 def test_pre_ln_forward_of_a_huge_input_is_its_layernorm(c):
     """Pre-LN: the sublayers add O(1) to a stream of size c, and the final LayerNorm
     is scale-invariant, so forward(c X) -> (X - mean) / std row by row."""
-    out = _quiet(transformer.forward, PARAMS, c * X, variant="pre")
+    out = _quiet(encoder.forward, PARAMS, c * X, variant="pre")
     centred = X - X.mean(axis=-1, keepdims=True)
     ref = centred / np.sqrt(np.mean(centred**2, axis=-1, keepdims=True))
     np.testing.assert_allclose(out, ref, rtol=1e-8, atol=1e-8)
@@ -409,7 +406,7 @@ def test_pre_ln_forward_of_a_huge_input_is_its_layernorm(c):
 
 def test_post_ln_forward_of_a_huge_input_raises_clearly():
     with pytest.raises(ValueError, match="^params and X must keep the attention logits finite"):
-        transformer.forward(PARAMS, 1e200 * X, variant="post")
+        encoder.forward(PARAMS, 1e200 * X, variant="post")
 
 
 @FAST
@@ -431,7 +428,7 @@ def test_layernorm_shortcut_matches_layer_norm(x):
 def test_gradient_check_rejects_meaningless_steps():
     for h in (0.0, 1e-300, -1e-6, 10.0):
         with pytest.raises(ValueError, match="^h must"):
-            transformer.gradient_check(TINY, X[:2, :2], variant="pre", h=h)
+            encoder.gradient_check(TINY, X[:2, :2], variant="pre", h=h)
 
 
 def test_zero_operator_has_norm_zero():

@@ -1,7 +1,7 @@
-"""Input sensitivity of deep stacks (lipattn/sensitivity.py).
+"""Input sensitivity of deep stacks (lipattn/book/sensitivity.py).
 
 The exact constants (Lanczos on the layers' jvp and vjp) against the SVD of
-dense central-difference Jacobians of :func:`lipattn.transformer.forward`
+dense central-difference Jacobians of :func:`lipattn.models.encoder.forward`
 computed here, and against the hand-written backward pass.
 """
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from test_lipschitz import central_differences
 
-from lipattn import sensitivity as se
-from lipattn import transformer as tr
+from lipattn.book import sensitivity as se
 from lipattn.layernorm import layer_norm_jacobian
+from lipattn.models import encoder as tr
 
 
 def _model(L=3, d=6, seed=0, heads=1, affine=False):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
+from lipattn.book.explorers import get_explorer
 from lipattn.book.viz import lipschitz as viz
-from lipattn.book.widgets import get_explorer
 from lipattn.lipschitz import local_lipschitz
 
 
@@ -110,8 +110,8 @@ def test_figures_and_tables():
 
 
 def test_fig_trained_plots_medians_and_maxima_of_every_series():
-    from lipattn.sublayers import sublayer_constants
-    from lipattn.transformer import init_params
+    from lipattn.models.encoder import init_params
+    from lipattn.models.encoder_sublayers import sublayer_constants
 
     params = init_params(3, 4, d_ff=6, seed=0)
     X = np.random.default_rng(0).standard_normal((5, 6, 4))

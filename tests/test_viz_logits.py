@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lipattn import transformer
 from lipattn.book.viz import logits as lg
-from lipattn.training import train_reversal
+from lipattn.models import encoder
+from lipattn.models.training import train_reversal
 
 
 def _fd_constant(H, p, h=1e-6):
     """Spectral norm of the central-difference Jacobian of the encoder's attention sublayer."""
-    f = lambda Z: transformer._attn_fwd(Z, p)[0].ravel()      # noqa: E731
+    f = lambda Z: encoder._attn_fwd(Z, p)[0].ravel()      # noqa: E731
     cols = []
     for k in range(H.size):
         E = np.zeros(H.size)
@@ -28,10 +28,10 @@ def _tiny_run(qk):
     kw = {"layers": 2, "d": 8, "heads": 2, "vocab": 6, "n_tokens": 4, "batch": 4, "steps": 5}
     model = train_reversal("pre", 3e-2, 0, 0, qk_norm=qk, **kw).run(0)
     tokens = np.array([[0, 1, 2, 3], [5, 5, 1, 0]])
-    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, float) for k, v in p.items()}
+    blocks = [{k: v if k in encoder.SETTINGS else np.asarray(v, float) for k, v in p.items()}
               for p in model["blocks"]]
     X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
-    H = transformer.attention_inputs(blocks, X, variant="pre")
+    H = encoder.attention_inputs(blocks, X, variant="pre")
     return model, tokens, blocks, H
 
 
@@ -81,7 +81,7 @@ def test_ln_gain_is_one_over_the_per_token_deviation():
     tokens = lg.reversal_batch(np.random.default_rng(lg.PROBE["seed"]), lg.PROBE["batch"],
                                lg.TRAIN["n_tokens"], lg.TRAIN["vocab"])[0]
     X = np.asarray(model["embed"], float)[tokens] + np.asarray(model["pos"], float)
-    s = np.sqrt(X.var(axis=-1) + transformer.EPS)              # layer 0's input stream
+    s = np.sqrt(X.var(axis=-1) + encoder.EPS)              # layer 0's input stream
     assert sw[False]["ln_gain"][0, 0, 1, 0] == pytest.approx(np.median(1 / s), rel=1e-9)
 
 
@@ -92,7 +92,7 @@ def test_value_path_is_the_norm_of_a_dense_kronecker_reference(qk):
     model, tokens, blocks, H = _tiny_run(qk)
     got = lg.attention_constants(model, tokens, qk, tol=1e-10, value_path=True)
     ln = lambda z: (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True)  # noqa: E731
-                                                             + transformer.EPS)
+                                                             + encoder.EPS)
     for l_, p in enumerate(blocks):
         for b in range(2):
             J = 0

@@ -9,8 +9,8 @@ import pytest
 
 from lipattn import l2attention
 from lipattn import lipschitz as lip
+from lipattn.book.explorers import get_explorer
 from lipattn.book.viz import real
-from lipattn.book.widgets import get_explorer
 from lipattn.layers import MultiHeadAttention
 
 

@@ -1,4 +1,4 @@
-"""Experiments, figures and explorers of the scaling chapter (lipattn/book/viz/scaling.py),
+"""Experiments and figures of the scaling chapter (lipattn/book/viz/scaling.py),
 and the library functions added for it to lipattn/scaling.py
 (two_token_expectations_d, gradient_norms_fast, saturation_per_row)."""
 
@@ -12,7 +12,6 @@ from matplotlib.figure import Figure
 
 from lipattn import init_gradients, quadrature, scaling
 from lipattn.book.viz import scaling as viz
-from lipattn.book.widgets import get_explorer
 from lipattn.softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
 
 FIELDS = ("entropy", "max_p", "jac_norm")
@@ -188,57 +187,6 @@ def test_mechanism_overlap_is_the_mean_jacobian_norm():
         area = np.trapezoid(dens / (1 + np.cosh(x)), x)
         assert area == pytest.approx(quadrature.two_token_expectations(sig).jac_norm, rel=1e-9)
     assert area == pytest.approx(1 / (math.sqrt(math.pi) * 10.0), rel=0.01)
-
-
-# ---------------------------------------------------------------------------
-# the d-explorer's data
-# ---------------------------------------------------------------------------
-@pytest.mark.parametrize("n_keys", [2, 64, 1024])
-def test_d_explorer_data_invariants(n_keys):
-    sc, un = viz.d_explorer_data(n_keys, True), viz.d_explorer_data(n_keys, False)
-    m = viz._queries_for(n_keys)
-    for data in (sc, un):
-        assert data.jac.shape == (13, m)
-        np.testing.assert_allclose(data.jac_share.sum(axis=1), 1.0, rtol=1e-12)
-        np.testing.assert_allclose(data.logit_share.sum(axis=1), 1.0, rtol=1e-12)
-        assert np.all(np.diff(data.top_row, axis=1) <= 0)
-        assert np.all(data.top_row.sum(axis=1) <= 1 + 1e-12)
-        for k, d in enumerate(viz.D_GRID):
-            p0 = np.sort(softmax(viz.nested_logits(d, n_keys, data is sc, 2)[0]))[::-1]
-            np.testing.assert_allclose(data.top_row[k, : min(16, n_keys)], p0[:16], rtol=1e-12)
-    # at d = 1 scaling divides by 1: identical statistics
-    for f in ("jac", "entropy", "max_p", "sigma", "logit_share", "jac_share", "top_row"):
-        np.testing.assert_array_equal(getattr(sc, f)[0], getattr(un, f)[0])
-    # unscaled sigma is ||q||: mean of sigma^2 near d
-    assert np.mean(un.sigma[-1] ** 2) == pytest.approx(4096, rel=0.02)
-
-
-@pytest.mark.parametrize("n_keys,d,scaled", [(64, 16, False), (64, 1024, False), (64, 256, True),
-                                             (2, 64, False), (1024, 4096, False)])
-def test_d_explorer_means_agree_with_saturation_stats(n_keys, d, scaled):
-    data = viz.d_explorer_data(n_keys, scaled)
-    k = viz.D_GRID.index(d)
-    ref = scaling.saturation_stats(d, n_keys, scaled, samples=4000, seed=11)
-    for f, arr in (("jac_norm", data.jac), ("entropy", data.entropy), ("max_p", data.max_p)):
-        mean, se = arr[k].mean(), arr[k].std(ddof=1) / math.sqrt(arr.shape[1])
-        assert abs(mean - getattr(ref, f)) < 4.5 * math.hypot(se, getattr(ref, f + "_se")), f
-
-
-def test_unscaled_rise_then_fall_in_the_explorer_data():
-    j = viz.d_explorer_data(64, False).jac.mean(axis=1)
-    peak = int(np.argmax(j))
-    assert 2 <= viz.D_GRID[peak] <= 64
-    assert j[0] < j[peak] / 2 and j[-1] < j[peak] / 4
-
-
-def test_sigma_explorer_rows_and_bounds():
-    rows, gaps = viz.sigma_rows()
-    assert rows.shape == (3, 16) and np.all(np.diff(gaps) > 0)
-    ex = get_explorer("scaling-sigma")
-    for gap, curve in zip(gaps, ex._row_curves, strict=True):
-        e = np.exp(-viz._CURVE_SIGMAS * gap)
-        assert np.all(e / 16 <= curve * (1 + 1e-12) + 1e-300)
-        assert np.all(curve <= 2 * 15 * e * (1 + 1e-12))
 
 
 @pytest.mark.parametrize("d,scaled", [(64, True), (256, False)])

@@ -1,4 +1,5 @@
-"""The explorer mechanism (lipattn/book/widgets.py) and every registered explorer."""
+"""The explorer mechanism (lipattn/book/widgets.py) and every registered explorer
+(lipattn/book/explorers.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 from PIL import Image
 
-from lipattn.book.widgets import EXPLORERS, Explorer, Slider, get_explorer
+from lipattn.book.explorers import EXPLORERS, get_explorer
+from lipattn.book.widgets import Explorer, Slider
 
 NAMES = sorted(EXPLORERS)
 
@@ -183,9 +185,9 @@ def test_bad_slider_values_are_rejected():
     with pytest.raises(ValueError, match="name must be one of"):
         get_explorer("no-such-explorer")
     with pytest.raises(ValueError, match="at least 2 values"):
-        Slider("x", (1,))
+        Slider((1,), name="x")
     with pytest.raises(ValueError, match="default"):
-        Slider("x", (1, 2), default=3)
+        Slider((1, 2), name="x", default=3)
     for bad in (True, np.array([0.05, 1.0]), "1.0", None, np.nan):
         with pytest.raises(ValueError, match="scale must be one of"):
             ex.render(scale=bad)
@@ -193,11 +195,11 @@ def test_bad_slider_values_are_rejected():
 
 def test_slider_values_match_kind_for_kind():
     """True is not the value 1 (nor False 0), a string not a number, an array no value."""
-    s = Slider("d", (0, 1, 2.0, "a", False))
+    s = Slider((0, 1, 2.0, "a", False), name="d")
     assert [s.index(v) for v in (0, 1, 2, 2.0, np.int64(1), np.float64(2.0), "a", False,
                                  np.bool_(False))] == [0, 1, 2, 2, 1, 2, 3, 4, 4]
     assert [s.index(v) for v in (True, "0", np.array([0, 1]), None, 0j, b"a")] == [-1] * 6
-    for field, bad in (("name", None), ("name", ""), ("label", 1), ("fmt", "x"),
+    for field, bad in (("name", 1), ("name", ""), ("label", 1), ("fmt", "x"),
                        ("values", "ab"), ("values", None)):
         with pytest.raises((TypeError, ValueError), match=field):
             Slider(**{"name": "s", "values": (1, 2)} | {field: bad})
@@ -211,7 +213,7 @@ def test_in_a_kernel_one_output_carries_the_widget_and_the_player():
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        'from lipattn.book.widgets import get_explorer\nget_explorer("softmax-saturation")')]
+        'from lipattn.book.explorers import get_explorer\nget_explorer("softmax-saturation")')]
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     (out,) = nb.cells[0].outputs
     assert out.output_type == "execute_result"

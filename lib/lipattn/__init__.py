@@ -22,14 +22,16 @@ The mathematics, one module per concept:
 - :mod:`lipattn.layers` -- the layers of real Transformers (masked multi-head attention with
   biases, grouped-query heads, RoPE and QK-norms; LayerNorm, RMSNorm; the GPT-2 and gated
   MLPs), each with its forward pass, jvp, vjp and parameter gradients, batched;
+- :mod:`lipattn.layernorm` -- LayerNorm's Jacobian and its norms;
 - :mod:`lipattn.models` -- GPT-2 and Llama from Hugging Face state dicts: forward passes and
-  exact local constants of stacks, blocks, sublayers and heads;
-- :mod:`lipattn.layernorm`, :mod:`lipattn.transformer`, :mod:`lipattn.training`,
-  :mod:`lipattn.prenorm`, :mod:`lipattn.sublayers` -- LayerNorm's Jacobian, the book's
-  Post-/Pre-LN encoder (a stack of :mod:`lipattn.layers`), Adam through the layers'
-  backward (sequence reversal, any stack), the experiments, and the exact constants of
-  the encoder's attention sublayers;
-- :mod:`lipattn.sensitivity` -- input sensitivity of deep stacks: end-to-end vs per-layer Jacobians;
+  exact local constants of stacks, blocks, sublayers and heads; and the book's own
+  Post-/Pre-LN encoder (:mod:`lipattn.models.encoder`, a stack of :mod:`lipattn.layers`),
+  Adam through the layers' backward (:mod:`lipattn.models.training`: sequence reversal,
+  any stack) and the exact constants of the encoder's attention sublayers
+  (:mod:`lipattn.models.encoder_sublayers`);
+- :mod:`lipattn.book` -- the book's machinery, including the chapters' experiments on the
+  encoder (:mod:`lipattn.book.prenorm`; :mod:`lipattn.book.sensitivity`, input sensitivity
+  of deep stacks: end-to-end vs per-layer Jacobians).
 
 The package's layout follows the architecture: the mathematics above (one module
 per concept), the layers and models built from it (:mod:`lipattn.layers`,

@@ -3,7 +3,7 @@ r"""The book's byte-level language model: a GPT-2-layout decoder trained on real
 Vocabulary 256 (token = UTF-8 byte, no tokenizer), trained in float32 numpy on
 :func:`lipattn.book.corpus.stdlib_corpus`'s training part through
 :mod:`lipattn.layers` (:class:`~lipattn.layers.CausalLM` around
-:class:`~lipattn.models.GPT2`'s blocks) and :func:`lipattn.training.train_stack`,
+:class:`~lipattn.models.GPT2`'s blocks) and :func:`lipattn.models.training.train_stack`,
 then written as a Hugging Face ``GPT2LMHeadModel`` checkpoint
 (:meth:`~lipattn.models.GPT2.save_pretrained`). Losses are reported in bits per
 byte; the held-out loss is the mean over fixed, evenly spaced windows of the
@@ -24,7 +24,7 @@ import numpy as np
 
 from ..layers import CausalLM, Sequential, cross_entropy
 from ..models import GPT2, random_state_dict
-from ..training import train_stack
+from ..models.training import train_stack
 from .corpus import LICENCE, SOURCE, stdlib_corpus, unigram_entropy
 
 __all__ = ["build", "heldout_windows", "heldout_bits", "main"]

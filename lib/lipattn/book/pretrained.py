@@ -34,9 +34,9 @@ import numpy as np
 
 from .._validate import as_count, as_seed
 from ..attention import attention_matrix
-from ..sublayers import SublayerConstants, sublayer_constants
-from ..training import init_model, model_forward, reversal_batch, train_model
-from ..transformer import PARAM_NAMES, attention_inputs
+from ..models.encoder import PARAM_NAMES, attention_inputs
+from ..models.encoder_sublayers import SublayerConstants, sublayer_constants
+from ..models.training import init_model, model_forward, reversal_batch, train_model
 from ._check import as_reals, as_result, as_tokens
 
 __all__ = ["DATA_FILE", "FORMAT", "RECIPE", "SIZES", "train", "save", "load", "init",
@@ -60,14 +60,14 @@ def train(seed: int = RECIPE["seed"]) -> dict[str, dict[str, Any]]:
     -------
     dict
         ``{"pre": model, "post": model}``, each as from
-        :func:`lipattn.training.train_model` (float32 parameters).
+        :func:`lipattn.models.training.train_model` (float32 parameters).
     """
     return {v: train_model(v, lr=RECIPE[v]["lr"], warmup=RECIPE[v]["warmup"], seed=seed,
                            **SIZES) for v in _VARIANTS}
 
 
 def init(seed: int = RECIPE["seed"]) -> dict[str, Any]:
-    """The models' common starting point (:func:`lipattn.training.init_model`)."""
+    """The models' common starting point (:func:`lipattn.models.training.init_model`)."""
     return init_model(SIZES["layers"], SIZES["d"], SIZES["vocab"], SIZES["n_tokens"],
                       seed=as_seed(seed))
 
@@ -108,7 +108,7 @@ def load(path: str | Path = DATA_FILE) -> dict[str, dict[str, Any]]:
     -------
     dict
         ``{"pre": model, "post": model}`` with the keys of
-        :func:`lipattn.training.train_model`'s models.
+        :func:`lipattn.models.training.train_model`'s models.
     """
     if not isinstance(path, (str, Path)):
         raise TypeError(f"path must be a str or Path; got {type(path).__name__}")
@@ -145,7 +145,7 @@ class Measurements:
         Reversal accuracy of each variant on the evaluation tokens.
     const : dict
         ``const[variant, state]`` (state ``"init"`` or ``"trained"``):
-        :class:`lipattn.sublayers.SublayerConstants`, shapes (L, B).
+        :class:`lipattn.models.encoder_sublayers.SublayerConstants`, shapes (L, B).
     target_weight : dict
         ``target_weight[variant]``, shape (L, B, N): the weight
         :math:`P_{i, N-1-i}` that query i of layer l puts on the token it must copy.

@@ -32,8 +32,22 @@ per frame, issue 30): computing takes under 1 ms; at ``DPR`` = 2 the PNG took
 artists 5-17 ms, most of it text layout (3-5 ms per new readout string, at any
 dpi). At ``LIVE_DPR`` the PNG, unfiltered, takes about 3 ms.
 
-Every explorer factory is registered in :data:`EXPLORERS` so tests and
-benchmarks can iterate over all of them.
+An explorer is declared as a class, dataclass-style: its name, title and size
+as class keywords, its sliders as class attributes in slider order, each named
+by its attribute (the keyword of ``render`` and ``update`` it sets)::
+
+    class SaturationExplorer(Explorer, name="softmax-saturation", size=(8.4, 3.0),
+                             title="Saturation: scale the logits z = a·z₀"):
+        scale = Slider(SCALES, label="logit scale a", default=SCALES[10])
+        presets = {"saturated: a = 50": {"scale": SCALES[-1]}}
+
+        def setup(self, fig): ...
+        def update(self, scale): ...
+
+The book's explorers are collected by name in
+:data:`lipattn.book.explorers.EXPLORERS`, so that tests and benchmarks can
+iterate over all of them; this module, which the chapters' modules import,
+imports none of them.
 """
 
 from __future__ import annotations
@@ -41,6 +55,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import inspect
 import io
 import itertools
 import json
@@ -58,11 +73,9 @@ from PIL import Image
 
 from . import plotting
 from ._check import as_text
+from .player import _PLAYER_CSS, _PLAYER_JS
 
-__all__ = ["Slider", "Explorer", "EXPLORERS", "LIVE_DPR", "register", "get_explorer"]
-
-#: name -> factory returning a fresh explorer. Filled by :func:`register`.
-EXPLORERS: dict[str, Callable[[], Explorer]] = {}
+__all__ = ["Slider", "Explorer", "LIVE_DPR"]
 
 _COUNTER = itertools.count()
 
@@ -72,116 +85,6 @@ _COUNTER = itertools.count()
 #: PNG under the 30 ms target of ``make bench``. The static frames, rendered
 #: once at build time, stay at :data:`~lipattn.book.plotting.DPR`.
 LIVE_DPR = 1
-
-_PLAYER_JS = """
-(function () {
-  var root = document.currentScript.parentElement;
-  if (root.lpReady) { return; }
-  root.lpReady = true;
-  var data = JSON.parse(root.querySelector("script.lp-data").textContent);
-  var img = root.querySelector("img.lp-frame");
-  var status = root.querySelector(".lp-status");
-  var controls = root.querySelectorAll(".lp-control");
-  var loaded = {};
-  function src(k) {
-    return data.urls ? data.urls[k] : "data:" + data.mime + ";base64," + data.images[k];
-  }
-  function index(c) {
-    if (c.tagName === "INPUT") { return parseInt(c.value, 10); }
-    var on = c.querySelector("input:checked");
-    return on ? parseInt(on.value, 10) : 0;
-  }
-  function setIndex(c, k) {
-    if (c.tagName === "INPUT") { c.value = String(k); return; }
-    var r = c.querySelectorAll("input");
-    for (var j = 0; j < r.length; j++) { r[j].checked = (j === k); }
-  }
-  function flatOf(ks) {
-    var flat = 0;
-    for (var i = 0; i < ks.length; i++) { flat = flat * data.shape[i] + ks[i]; }
-    return flat;
-  }
-  function prefetch(ks) {
-    if (!data.urls) { return; }
-    for (var i = 0; i < ks.length; i++) {
-      for (var step = -1; step <= 1; step += 2) {
-        var nb = ks.slice(); nb[i] += step;
-        if (nb[i] < 0 || nb[i] >= data.shape[i]) { continue; }
-        var k = data.frames[flatOf(nb)];
-        if (!loaded[k]) { loaded[k] = true; (new Image()).src = src(k); }
-      }
-    }
-  }
-  function show() {
-    var ks = [], said = [];
-    for (var i = 0; i < controls.length; i++) {
-      var k = index(controls[i]);
-      ks.push(k);
-      var text = data.labels[i][k];
-      if (controls[i].tagName === "INPUT") {
-        controls[i].parentElement.querySelector("output").textContent = text;
-        controls[i].setAttribute("aria-valuetext", text);
-      }
-      said.push(data.names[i] + " " + text);
-    }
-    var flat = flatOf(ks), k = data.frames[flat];
-    loaded[k] = true;
-    img.src = src(k);
-    img.alt = data.title + ": " + said.join(", ");
-    if (status) { status.textContent = said.join(", "); }
-    root.setAttribute("data-frame", String(flat));
-    prefetch(ks);
-  }
-  for (var i = 0; i < controls.length; i++) {
-    controls[i].addEventListener("input", show);
-    controls[i].addEventListener("change", show);
-  }
-  var presets = root.querySelectorAll("button.lp-preset");
-  for (var p = 0; p < presets.length; p++) {
-    presets[p].addEventListener("click", function (ev) {
-      var set = JSON.parse(ev.currentTarget.getAttribute("data-set"));
-      for (var i = 0; i < controls.length; i++) { setIndex(controls[i], set[i]); }
-      show();
-    });
-  }
-  function warm() {
-    root.removeEventListener("pointerenter", warm);
-    root.removeEventListener("focusin", warm);
-    var ks = [];
-    for (var i = 0; i < controls.length; i++) { ks.push(index(controls[i])); }
-    prefetch(ks);
-  }
-  root.addEventListener("pointerenter", warm);
-  root.addEventListener("focusin", warm);
-})();
-"""
-
-_PLAYER_CSS = """
-.lipattn-player { border: 1px solid #d0d7de; border-radius: 6px; padding: 0.6em 0.8em;
-  margin: 0.8em 0; }
-.lipattn-player .lp-title { font-weight: 600; margin-bottom: 0.3em; }
-.lipattn-player .lp-controls { display: flex; flex-wrap: wrap; gap: 0.4em 1.6em;
-  margin-bottom: 0.4em; }
-.lipattn-player label.lp-slider { display: flex; align-items: center; gap: 0.5em;
-  font-size: 0.92em; }
-.lipattn-player fieldset.lp-choice { border: 0; padding: 0; margin: 0; display: flex;
-  flex-wrap: wrap; align-items: center; gap: 0.2em 0.9em; font-size: 0.92em; }
-.lipattn-player fieldset.lp-choice legend { float: left; padding: 0; margin: 0 0.3em 0 0;
-  width: auto; font-size: 1em; font-weight: normal; line-height: inherit; }
-.lipattn-player input[type=range] { width: 13em; }
-.lipattn-player output { font-family: var(--pst-font-family-monospace, monospace);
-  min-width: 4.5em; }
-.lipattn-player .lp-presets { display: flex; flex-wrap: wrap; gap: 0.3em 0.5em;
-  align-items: center; margin-bottom: 0.4em; font-size: 0.92em; }
-.lipattn-player button.lp-preset { border: 1px solid #8c959f; border-radius: 4px;
-  background: transparent; color: inherit; padding: 0.1em 0.6em; cursor: pointer; }
-.lipattn-player .lp-frame-box { overflow-x: auto; margin: 0 -0.8em; }
-.lipattn-player img.lp-frame { max-width: 100%; height: auto; display: block;
-  background: #fff; }
-.lipattn-player .lp-status { position: absolute; width: 1px; height: 1px; overflow: hidden;
-  clip: rect(0 0 0 0); white-space: nowrap; }
-.lipattn-player .lp-note { font-size: 0.8em; margin-top: 0.2em; }
-"""
 
 
 def _png_chunk(tag: bytes, data: bytes) -> bytes:
@@ -236,10 +139,11 @@ def _same(a: Any, b: Any) -> bool:
 class Slider:
     """One slider of an explorer.
 
+    Declared as a class attribute of an :class:`Explorer`, whose name it takes
+    (``scale = Slider(...)``); or built with ``name`` given.
+
     Parameters
     ----------
-    name : str
-        Keyword of ``render`` that this slider sets.
     values : sequence
         The values the slider can take, in slider order (at least 2).
     label : str, optional
@@ -252,17 +156,21 @@ class Slider:
         ``"range"`` shows a slider, ``"choice"`` a group of radio buttons (for
         categories, whose order means nothing). ``"auto"`` (the default) picks
         ``"choice"`` when every value is a string or a bool.
+    name : str, optional
+        Keyword of ``render`` that this slider sets; a class attribute's name
+        when it is declared in an :class:`Explorer`.
     """
 
-    name: str
     values: Sequence[Any]
     label: str | None = None
     default: Any = None
     fmt: Callable[[Any], str] = field(default=_default_fmt)
     kind: str = "auto"
+    name: str | None = None
 
     def __post_init__(self) -> None:
-        as_text(self.name, "name")
+        if self.name is not None:
+            as_text(self.name, "name")
         if isinstance(self.values, (str, bytes, Mapping)) or not isinstance(
                 self.values, (Sequence, np.ndarray)):
             raise TypeError(f"values must be a sequence of the slider's values; "
@@ -272,15 +180,20 @@ class Slider:
         if not callable(self.fmt):
             raise TypeError(f"fmt must be a callable that formats a value; "
                             f"got {type(self.fmt).__name__}")
+        what = "a slider" if self.name is None else f"slider {self.name!r}"
         if len(self.values) < 2:
-            raise ValueError(
-                f"slider {self.name!r} needs at least 2 values; got {len(self.values)}")
+            raise ValueError(f"{what} needs at least 2 values; got {len(self.values)}")
         if self.default is not None and self.index(self.default) < 0:
-            raise ValueError(
-                f"slider {self.name!r}: default {self.default!r} is not among its values")
+            raise ValueError(f"{what}: default {self.default!r} is not among its values")
         if self.kind not in ("auto", "range", "choice"):
-            raise ValueError(f"slider {self.name!r}: kind must be 'auto', 'range' or 'choice'; "
+            raise ValueError(f"{what}: kind must be 'auto', 'range' or 'choice'; "
                              f"got {self.kind!r}")
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        if self.name is not None and self.name != attr:
+            raise TypeError(f"slider {self.name!r} is declared as {owner.__name__}.{attr}; "
+                            f"leave its name out or use the same one")
+        object.__setattr__(self, "name", attr)
 
     def index(self, value: Any) -> int:
         """Position of ``value`` among the slider's values, or -1.
@@ -312,7 +225,11 @@ class Slider:
 class Explorer:
     """Base class of every explorer.
 
-    Subclasses set ``name``, ``title`` and ``slider_specs`` and implement
+    A subclass gives ``name``, ``title`` and ``size`` (width and height in
+    inches) as class keywords and its sliders as :class:`Slider` class
+    attributes (:attr:`slider_specs`, in the order they are declared; a subclass
+    of an explorer that declares none inherits its sliders, as it inherits the
+    keywords and ``presets``), and implements
 
     - :meth:`setup` -- build the axes and artists of ``self.fig`` with fixed
       limits, returning the artists that change between frames;
@@ -339,6 +256,32 @@ class Explorer:
     presets: Mapping[str, Mapping[str, Any]] = {}
     width: float = 9.0
     height: float = 3.2
+
+    def __init_subclass__(cls, *, name: str | None = None, title: str | None = None,
+                          size: tuple[float, float] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if name is not None:
+            cls.name = as_text(name, "name")
+        if title is not None:
+            cls.title = as_text(title, "title")
+        if size is not None:
+            width, height = size
+            cls.width, cls.height = float(width), float(height)
+        own = tuple(v for v in vars(cls).values() if isinstance(v, Slider))
+        for s in own:
+            if hasattr(Explorer, s.name):
+                raise TypeError(f"{cls.__name__}: a slider may not be named {s.name!r}, "
+                                f"an attribute of every explorer")
+        if own:
+            cls.slider_specs = own
+        if not cls.slider_specs:
+            raise TypeError(f"{cls.__name__} declares no Slider")
+        keywords = [p for p in inspect.signature(cls.update).parameters.values()
+                    if p.name != "self"]
+        names = {s.name for s in cls.slider_specs}
+        if cls.update is not Explorer.update and {p.name for p in keywords} != names:
+            raise TypeError(f"{cls.__name__}.update must take the sliders {sorted(names)} "
+                            f"as keywords; it takes {[p.name for p in keywords]}")
 
     def __init__(self) -> None:
         plotting.use_style()
@@ -624,25 +567,3 @@ class Explorer:
                 bundle.update(view)
         bundle["text/html"] = self.player_html()
         return bundle
-
-
-def register(factory: Callable[[], Explorer]) -> Callable[[], Explorer]:
-    """Register an explorer factory under its class's ``name``."""
-    name = getattr(factory, "name", None) or factory.__name__
-    if name in EXPLORERS:
-        raise ValueError(f"an explorer named {name!r} is already registered")
-    EXPLORERS[name] = factory
-    return factory
-
-
-def get_explorer(name: str) -> Explorer:
-    """Build a fresh explorer by its registered name."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str; got {type(name).__name__}")
-    if name not in EXPLORERS:
-        raise ValueError(f"name must be one of {sorted(EXPLORERS)}; got {name!r}")
-    return EXPLORERS[name]()
-
-
-# Importing the concrete explorers fills the registry.
-from . import viz  # noqa: E402,F401

@@ -17,7 +17,7 @@ r"""The layers of real Transformers, each written once with its forward, jvp and
   GPT-2 MLP, the gated MLP, and ReLU, GELU (exact and tanh) and SiLU;
 - :mod:`~lipattn.layers.embedding` -- :class:`CausalLM` (token and position
   embeddings, any body, the tied readout) and :func:`cross_entropy`, to train a
-  language model with :func:`lipattn.training.train_stack`.
+  language model with :func:`lipattn.models.training.train_stack`.
 
 Layers work on ``X`` of shape (..., N, d) -- one sequence, or leading batch axes
 against which the parameters' own leading axes broadcast -- in the dtype of their

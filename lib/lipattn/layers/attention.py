@@ -37,7 +37,7 @@ with respect to Q, K and V are the functions :func:`attention_core`,
 :func:`attention_core_jvp` and :func:`attention_core_vjp`, on batched arrays
 (..., heads, N, d_h). They are the one implementation of attention's
 derivatives: :class:`MultiHeadAttention` adds the projections, biases, RoPE and
-W_O around them, the book's encoder (:mod:`lipattn.transformer`) its
+W_O around them, the book's encoder (:mod:`lipattn.models.encoder`) its
 projections and weight gradients, and :class:`lipattn.stabilisers.StabilisedAttention`
 its QK-norm, scaling and soft-cap.
 """

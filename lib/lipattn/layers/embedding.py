@@ -11,7 +11,7 @@ where ``f`` is the body (e.g. GPT-2's blocks and ``ln_f``) and the unembedding
 is tied to the token embedding ``E`` (GPT-2's ``lm_head``). It follows the layer
 protocol of :mod:`lipattn.layers.base` (``forward``, ``backward``, ``params``),
 except that its input is integer ids, so ``backward`` returns ``None`` for the
-input gradient: :func:`lipattn.training.train_stack` trains it unchanged, with
+input gradient: :func:`lipattn.models.training.train_stack` trains it unchanged, with
 :func:`cross_entropy` as the loss.
 """
 

@@ -1,4 +1,5 @@
-"""Real decoders loaded from Hugging Face checkpoints, built from :mod:`lipattn.layers`.
+"""The models built from :mod:`lipattn.layers`: real decoders loaded from Hugging Face
+checkpoints, and the book's own encoder with its training.
 
 - :func:`load` (:mod:`~lipattn.models.families`): a ``save_pretrained``
   directory (``config.json`` and safetensors, read lazily) in, a model out, for
@@ -21,7 +22,16 @@
 - :class:`Decoder` and :class:`Block` (:mod:`~lipattn.models.decoder`): the
   pre-norm stack they share;
 - :func:`random_state_dict` (:mod:`~lipattn.models.init`): random state dicts
-  with Hugging Face's names, initialised as GPT-2 and Llama are.
+  with Hugging Face's names, initialised as GPT-2 and Llama are;
+- :mod:`~lipattn.models.encoder`: the book's small Post-LN and Pre-LN encoder, a
+  :class:`~lipattn.layers.Sequential` of the layers (not imported by this package's
+  ``__init__``: ``from lipattn.models import encoder``), whose parameters' layout,
+  initialisation and validation are :mod:`~lipattn.models.encoder_params` (re-exported
+  by ``encoder``);
+- :mod:`~lipattn.models.training`: Adam through the layers' ``backward``, on sequence
+  reversal for the encoder (``train_reversal``) and on any stack (``train_stack``);
+- :mod:`~lipattn.models.encoder_sublayers`: exact local constants of the encoder's
+  attention sublayers, beside the bounds.
 """
 
 from .decoder import Block, Decoder

@@ -1,8 +1,8 @@
 """Book-only figures and explorers, one module per chapter's concept.
 
 The mathematics lives in the top-level modules (:mod:`lipattn.softmax`, ...);
-these modules only arrange it into figures. Importing this package registers
-every explorer in :data:`lipattn.book.widgets.EXPLORERS`.
+these modules only arrange it into figures. Their explorers are collected by
+name in :data:`lipattn.book.explorers.EXPLORERS`; they import the explorer
+mechanism (:mod:`lipattn.book.widgets`), never the registry, so importing this
+package imports none of them.
 """
-
-from . import collapse, lipschitz, prenorm, real, scaling, softmax, spectral  # noqa: F401

@@ -34,10 +34,10 @@ from ...attention import attention_matrix, check_attention_args
 from ...bounds import card_bound, kim_l2_bound, local_lipschitz_bound
 from ...l2attention import l2_local_lipschitz
 from ...lipschitz import local_lipschitz
-from ...sublayers import SublayerConstants
+from ...models.encoder_sublayers import SublayerConstants
 from .. import plotting
 from .._check import as_counts, as_reals, as_result
-from ..widgets import Explorer, Slider, register
+from ..widgets import Explorer, Slider
 
 __all__ = [
     "CONFIGS",
@@ -277,7 +277,7 @@ def fig_trained(const: dict) -> Figure:
     Parameters
     ----------
     const : dict
-        ``const[variant, state]`` is a :class:`~lipattn.sublayers.SublayerConstants`
+        ``const[variant, state]`` is a :class:`~lipattn.models.encoder_sublayers.SublayerConstants`
         for ``variant`` in ``("pre", "post")`` and ``state`` in
         ``("init", "trained")``. Lines: medians over the batch; triangles: maxima.
     """
@@ -323,23 +323,18 @@ def _explorer_data() -> dict:
     return {(cfg, N): growth_curves(cfg, N, _T_GRID) for cfg in CONFIGS for N in _N_GRID}
 
 
-@register
-class LipschitzExplorer(Explorer):
+class LipschitzExplorer(
+        Explorer, name="lipschitz-t", size=(8.4, 3.1),
+        title="Local Lipschitz constant of self-attention against the input scale t"):
     """Scale t, tokens N and the input family: exact constant vs bound vs card formula."""
 
-    name = "lipschitz-t"
+    t = Slider(_T_GRID, label="input scale t (largest token norm)", default=4.0)
+    N = Slider(_N_GRID, label="tokens N", default=16)
+    config = Slider(CONFIGS, label="input family", default="two-sided", fmt=lambda c: _NAMES[c])
     presets = {"two-sided, N = 4, t = 1/4": {"config": "two-sided", "N": 4, "t": 0.25},
                "two-sided, N = 4, t = 8": {"config": "two-sided", "N": 4, "t": 8.0},
                "sink, N = 64, t = 2": {"config": "sink", "N": 64, "t": 2.0},
                "sink, N = 64, t = 6": {"config": "sink", "N": 64, "t": 6.0}}
-    title = "Local Lipschitz constant of self-attention against the input scale t"
-    slider_specs = (
-        Slider("t", _T_GRID, label="input scale t (largest token norm)", default=4.0),
-        Slider("N", _N_GRID, label="tokens N", default=16),
-        Slider("config", CONFIGS, label="input family", default="two-sided",
-               fmt=lambda c: _NAMES[c]),
-    )
-    width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):
         self._data = _explorer_data()

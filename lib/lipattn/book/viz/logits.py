@@ -3,7 +3,7 @@
 A small-scale version of the experiment of Wortsman et al. (2023, "Small-scale
 proxies for large-scale Transformer training instabilities") on the book's
 task: Pre-LN encoders trained on sequence reversal by
-:func:`lipattn.training.train_reversal`, every learning rate and seed of
+:func:`lipattn.models.training.train_reversal`, every learning rate and seed of
 :data:`SWEEP` in one vectorised call per arm (QK-norm off and on). The two arms
 share their initial weights and their batches (same seeds), so the
 comparison is paired and QK-norm is the only change. Recorded: the largest
@@ -19,14 +19,14 @@ from functools import lru_cache
 import numpy as np
 from matplotlib.figure import Figure
 
-from ... import transformer
 from ..._blas import single_threaded
 from ..._validate import as_bool, as_count, as_float_in, as_positive_float, as_seed, as_tol
 from ...lanczos import jacobian_norm
 from ...layernorm import layer_norm_jacobian_norm
 from ...layers import MultiHeadAttention, attention_core_jvp, attention_core_vjp, layer_lipschitz
+from ...models import encoder
+from ...models.training import reversal_batch, train_reversal
 from ...stabilisers import StabilisedAttention
-from ...training import reversal_batch, train_reversal
 from .. import plotting
 from .._check import as_reals, as_result, as_tokens
 from .real import head_constants
@@ -56,11 +56,11 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
     Parameters
     ----------
     model : dict
-        One Pre-LN run, from :meth:`lipattn.training.TrainResult.run`.
+        One Pre-LN run, from :meth:`lipattn.models.training.TrainResult.run`.
     tokens : ndarray of int, shape (B, n_tokens)
     qk_norm : bool
         Whether the model normalises queries and keys (LayerNorm per head,
-        :data:`lipattn.transformer.EPS`).
+        :data:`lipattn.models.encoder.EPS`).
     value_path : bool, default False
         Instead, the spectral norm of the Jacobian's value term alone,
         :math:`E \mapsto [P_1 E W_V^{(1)}, \dots] W_O` with the attention
@@ -78,7 +78,7 @@ def attention_constants(model: dict, tokens: np.ndarray, qk_norm: bool, *,
         layer = StabilisedAttention(p["W_Q"], p["W_K"], p["W_V"], p["W_O"],
                                     n_head=int(p["heads"]),
                                     qk_norm="layer" if qk_norm else None,
-                                    qk_norm_eps=transformer.EPS)
+                                    qk_norm_eps=encoder.EPS)
         for b in range(len(tokens)):
             out[l_, b] = (_value_norm(layer, H[l_][b], tol) if value_path
                           else layer_lipschitz(layer, H[l_][b], tol=tol).value)
@@ -89,10 +89,10 @@ def _attention_inputs(model: dict, tokens: np.ndarray) -> tuple[list, list]:
     """The model's blocks in float64 and each attention sublayer's input LN_1(X_l)."""
     model = as_result(model, "model", ("blocks", "embed", "pos"), producer="TrainResult.run")
     tokens = as_tokens(tokens, "tokens", np.shape(model["embed"])[0], np.shape(model["pos"])[0])
-    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, dtype=float)
+    blocks = [{k: v if k in encoder.SETTINGS else np.asarray(v, dtype=float)
                for k, v in p.items()} for p in model["blocks"]]
     X = np.asarray(model["embed"], dtype=float)[tokens] + np.asarray(model["pos"], dtype=float)
-    return blocks, transformer.attention_inputs(blocks, X, variant="pre")
+    return blocks, encoder.attention_inputs(blocks, X, variant="pre")
 
 
 def head_bounds(model: dict, tokens: np.ndarray, *, tol: float = 1e-6) -> np.ndarray:
@@ -108,7 +108,7 @@ def head_bounds(model: dict, tokens: np.ndarray, *, tol: float = 1e-6) -> np.nda
     Parameters
     ----------
     model : dict
-        One Pre-LN run without QK-norm, from :meth:`lipattn.training.TrainResult.run`.
+        One Pre-LN run without QK-norm, from :meth:`lipattn.models.training.TrainResult.run`.
     tokens : ndarray of int, shape (B, n_tokens)
 
     Returns
@@ -147,10 +147,10 @@ def _value_norm(layer: StabilisedAttention, H: np.ndarray, tol: float) -> float:
 def _ln_gain(model: dict, tokens: np.ndarray) -> np.ndarray:
     """Median over tokens of 1/s at each layer's input stream, shape (layers,)."""
     X = np.asarray(model["embed"], dtype=float)[tokens] + np.asarray(model["pos"], dtype=float)
-    blocks = [{k: v if k in transformer.SETTINGS else np.asarray(v, dtype=float)
+    blocks = [{k: v if k in encoder.SETTINGS else np.asarray(v, dtype=float)
                for k, v in p.items()} for p in model["blocks"]]
-    stream = transformer.residual_stream(blocks, X, variant="pre")[:-1]
-    return np.array([np.median(layer_norm_jacobian_norm(x, transformer.EPS)) for x in stream])
+    stream = encoder.residual_stream(blocks, X, variant="pre")[:-1]
+    return np.array([np.median(layer_norm_jacobian_norm(x, encoder.EPS)) for x in stream])
 
 
 def logit_sweep(lrs: tuple = SWEEP["lrs"], seeds: tuple = SWEEP["seeds"],

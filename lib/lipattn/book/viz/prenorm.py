@@ -1,6 +1,6 @@
 """Figures, experiments and explorers of the Pre-LN vs Post-LN chapter.
 
-The experiments (:mod:`lipattn.prenorm`, :mod:`lipattn.training`) are run
+The experiments (:mod:`lipattn.book.prenorm`, :mod:`lipattn.models.training`) are run
 once per kernel through the cached functions below, so that the chapter's
 figures and its two explorers share one computation. Sizes are module
 constants, stated in the chapter.
@@ -17,12 +17,12 @@ from matplotlib.ticker import NullFormatter
 
 from ..._validate import as_count, as_int_at_least, as_positive_float, as_seed
 from ...layernorm import layer_norm_jacobian_norm
-from ...prenorm import InitProfile, fit_power, init_profile, intervention_runs
-from ...training import TrainResult, train_reversal
-from ...transformer import MATRICES
+from ...models.encoder import MATRICES
+from ...models.training import TrainResult, train_reversal
 from .. import plotting
 from .._check import as_reals, as_result, as_text
-from ..widgets import Explorer, Slider, register
+from ..prenorm import InitProfile, fit_power, init_profile, intervention_runs
+from ..widgets import Explorer, Slider
 
 __all__ = ["PROFILE_D", "PROFILE_SEEDS", "PROFILE_DEPTHS", "LRS", "WARMUPS", "TRAIN_SEEDS",
            "TRAIN", "profiles", "training_grid", "grid_index", "fig_ln_norm", "fig_intuition",
@@ -43,7 +43,7 @@ TRAIN_SEEDS = (0, 1, 2, 3)
 TRAIN = {"layers": 6, "d": 32, "vocab": 16, "n_tokens": 8, "batch": 16, "steps": 300}
 #: Interventions on the failed runs (Post-LN, lr 1e-2, no warm-up), each with every
 #: seed of the grid: label -> (parameters, first steps, factor on their updates),
-#: as in :func:`lipattn.prenorm.scaled_updates`.
+#: as in :func:`lipattn.book.prenorm.scaled_updates`.
 INTERVENTIONS = {"first update ÷ 60": (None, 1, 1 / 60),
                  "W_Q, W_K frozen, steps 0–19": (("W_Q", "W_K"), 20, 0.0),
                  "W_1, W_2 frozen, steps 0–19": (("W_1", "W_2"), 20, 0.0)}
@@ -53,7 +53,7 @@ VARIANT_NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
 def profiles(layers: int, d: int = PROFILE_D, seeds: int = PROFILE_SEEDS
              ) -> dict[str, InitProfile]:
-    """Both variants' :func:`lipattn.prenorm.init_profile` (cached)."""
+    """Both variants' :func:`lipattn.book.prenorm.init_profile` (cached)."""
     return _profiles(as_count(layers, "layers", maximum=256), as_count(d, "d", maximum=1024),
                      as_count(seeds, "seeds", maximum=1000))
 
@@ -75,7 +75,7 @@ def training_grid() -> dict[str, TrainResult]:
 @lru_cache(maxsize=1, typed=True)
 def interventions() -> tuple[list[str], TrainResult]:
     """:data:`INTERVENTIONS` on Post-LN at lr 1e-2 without warm-up, every seed of
-    the grid, as one batch (cached); see :func:`lipattn.prenorm.intervention_runs`."""
+    the grid, as one batch (cached); see :func:`lipattn.book.prenorm.intervention_runs`."""
     return intervention_runs(INTERVENTIONS, list(TRAIN_SEEDS), variant="post", lr=1e-2,
                              warmup=0, **TRAIN)
 
@@ -369,23 +369,19 @@ def fig_amplification(depths, amp: dict[str, dict[str, np.ndarray]],
 _MATRIX_SLIDER = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2")
 
 
-@register
-class DepthExplorer(Explorer):
+class DepthExplorer(
+        Explorer, name="prenorm-depth", size=(9.6, 3.0),
+        title=f"Gradients at initialisation, per layer (d = {PROFILE_D}, N = {PROFILE_TOKENS}, "
+               f"{PROFILE_SEEDS} seeds, medians)"):
     """Depth, variant and weight matrix: per-layer gradient norms, the residual
     stream's size and token diversity at initialisation."""
 
-    name = "prenorm-depth"
+    layers = Slider(PROFILE_DEPTHS, label="depth L", default=12)
+    variant = Slider(("post", "pre"), label="variant", default="pre",
+                     fmt=lambda v: VARIANT_NAMES[v])
+    matrix = Slider(_MATRIX_SLIDER, label="weight matrix", default="W_2")
     presets = {"Post-LN, L = 24, W_Q": {"variant": "post", "layers": 24, "matrix": "W_Q"},
                "Pre-LN, L = 24, W_2": {"variant": "pre", "layers": 24, "matrix": "W_2"}}
-    title = (f"Gradients at initialisation, per layer (d = {PROFILE_D}, N = {PROFILE_TOKENS}, "
-             f"{PROFILE_SEEDS} seeds, medians)")
-    slider_specs = (
-        Slider("layers", PROFILE_DEPTHS, label="depth L", default=12),
-        Slider("variant", ("post", "pre"), label="variant", default="pre",
-               fmt=lambda v: VARIANT_NAMES[v]),
-        Slider("matrix", _MATRIX_SLIDER, label="weight matrix", default="W_2"),
-    )
-    width, height = 9.6, 3.0
 
     def setup(self, fig: Figure):
         self._data = {L: profiles(L) for L in PROFILE_DEPTHS}
@@ -450,23 +446,19 @@ class DepthExplorer(Explorer):
                             f"output diversity (median): {med(p.diversity[:, -1]):.2g}")
 
 
-@register
-class WarmupExplorer(Explorer):
+class WarmupExplorer(
+        Explorer, name="prenorm-warmup", size=(9.0, 3.2),
+        title=f"Training on reversal (L = {TRAIN['layers']}, d = {TRAIN['d']}, batch "
+               f"{TRAIN['batch']}, Adam (0.9, 0.98), {len(TRAIN_SEEDS)} seeds)"):
     """Learning rate, warm-up and variant: loss and token diversity during training."""
 
-    name = "prenorm-warmup"
+    lr = Slider(LRS, label="peak learning rate", default=1e-2, fmt=lambda v: f"{v:g}")
+    warmup = Slider(WARMUPS, label="linear warm-up (steps)", default=0)
+    variant = Slider(("post", "pre"), label="variant", default="post",
+                     fmt=lambda v: VARIANT_NAMES[v])
     presets = {"Post-LN, no warm-up": {"variant": "post", "lr": 1e-2, "warmup": 0},
                "Post-LN, warm-up": {"variant": "post", "lr": 1e-2, "warmup": 60},
                "Pre-LN, no warm-up": {"variant": "pre", "lr": 1e-2, "warmup": 0}}
-    title = (f"Training on reversal (L = {TRAIN['layers']}, d = {TRAIN['d']}, batch "
-             f"{TRAIN['batch']}, Adam (0.9, 0.98), {len(TRAIN_SEEDS)} seeds)")
-    slider_specs = (
-        Slider("lr", LRS, label="peak learning rate", default=1e-2, fmt=lambda v: f"{v:g}"),
-        Slider("warmup", WARMUPS, label="linear warm-up (steps)", default=0),
-        Slider("variant", ("post", "pre"), label="variant", default="post",
-               fmt=lambda v: VARIANT_NAMES[v]),
-    )
-    width, height = 9.0, 3.2
 
     def setup(self, fig: Figure):
         self._grid = training_grid()

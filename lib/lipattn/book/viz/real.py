@@ -25,7 +25,7 @@ from ...models.decoder import Decoder
 from ...stabilisers import StabilisedAttention, sigma_reparam
 from .. import plotting
 from .._check import as_counts, as_reals, as_result
-from ..widgets import Explorer, Slider, register
+from ..widgets import Explorer, Slider
 
 __all__ = ["random_model", "branch_constants", "head_constants",
            "depth_profile", "fig_depth", "VARIANTS", "variant_layer", "variant_constant",
@@ -251,24 +251,20 @@ def _attention(name: str, X, W_Q, W_K, W_V) -> np.ndarray:
     return core.P[0]
 
 
-@register
-class StabiliserExplorer(Explorer):
+class StabiliserExplorer(
+        Explorer, name="stabilisers-t", size=(8.4, 3.2),
+        title="Exact local constant of attention variants against the input scale t"):
     """Input scale t, input family and attention variant: exact constants and P."""
 
-    name = "stabilisers-t"
+    t = Slider(_T_GRID, label="input scale t", default=8.0)
+    family = Slider(_FAMILIES, label="input family", default="two-sided")
+    variant = Slider(VARIANTS, label="highlighted variant", default="qknorm",
+                     fmt=lambda v: _PLAIN[v])
     presets = {"two-sided, QK-norm, t = 0.1": {"family": "two-sided", "variant": "qknorm",
                                                 "t": 0.1},
                "two-sided, QK-norm, t = 64": {"family": "two-sided", "variant": "qknorm",
                                                "t": 64.0},
                "random, QK-norm, t = 64": {"family": "random", "variant": "qknorm", "t": 64.0}}
-    title = "Exact local constant of attention variants against the input scale t"
-    slider_specs = (
-        Slider("t", _T_GRID, label="input scale t", default=8.0),
-        Slider("family", _FAMILIES, label="input family", default="two-sided"),
-        Slider("variant", VARIANTS, label="highlighted variant", default="qknorm",
-               fmt=lambda v: _PLAIN[v]),
-    )
-    width, height = 8.4, 3.2
 
     def setup(self, fig: Figure):
         self._data = _explorer_data()

@@ -1,6 +1,6 @@
 """The figure of the audit's claim 8: input sensitivity of deep stacks.
 
-The measurements are :func:`lipattn.sensitivity.input_sensitivity`; this
+The measurements are :func:`lipattn.book.sensitivity.input_sensitivity`; this
 module runs the scan the page shows and draws it.
 """
 
@@ -12,9 +12,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..._validate import as_count
-from ...sensitivity import Sensitivity, input_sensitivity
 from .. import plotting
 from .._check import as_result
+from ..sensitivity import Sensitivity, input_sensitivity
 
 __all__ = ["DEPTHS", "depth_scan", "fig_sensitivity"]
 

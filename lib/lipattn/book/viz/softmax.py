@@ -18,7 +18,7 @@ from ..._validate import as_count, as_int_at_least, as_positive_float, as_real_f
 from ...softmax import entropy, softmax, softmax_jacobian, softmax_jacobian_norm
 from .. import plotting
 from .._check import as_counts, as_result
-from ..widgets import Explorer, Slider, register
+from ..widgets import Explorer, Slider
 
 __all__ = [
     "SearchResult",
@@ -336,26 +336,19 @@ def explorer_logits(z1: float) -> np.ndarray:
     return z
 
 
-@register
-class LogitsExplorer(Explorer):
+class LogitsExplorer(Explorer, name="softmax-logits", size=(8.4, 3.1),
+                     title="Logits and temperature: p, the Jacobian J, and its eigenvalues"):
     """Move one logit and the temperature; watch p, J and the spectrum of J."""
 
-    name = "softmax-logits"
-    title = "Logits and temperature: p, the Jacobian J, and its eigenvalues"
-    slider_specs = (
-        Slider("z1", tuple(float(v) for v in np.round(np.arange(-3.0, 6.01, 0.75), 2)),
-               label="logit z₁",
-               default=1.5),
-        Slider("tau", (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0), label="temperature τ",
-               default=1.0),
-    )
+    z1 = Slider(tuple(float(v) for v in np.round(np.arange(-3.0, 6.01, 0.75), 2)), label="logit z₁",
+                default=1.5)
+    tau = Slider((0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0), label="temperature τ", default=1.0)
     presets = {
         "peak: z₁ = 1.5": {"z1": 1.5, "tau": 1.0},
         "dip: z₁ = 0.75": {"z1": 0.75, "tau": 1.0},
         "above 1: τ = 0.25": {"z1": 0.75, "tau": 0.25},
         "one-hot: z₁ = 6": {"z1": 6.0, "tau": 1.0},
     }
-    width, height = 8.4, 3.1
 
     def setup(self, fig: Figure):
         n = _BASE_LOGITS.size
@@ -405,18 +398,15 @@ _SAT_LOGITS = np.random.default_rng(0).standard_normal(8)
 _SAT_SCALES = tuple(float(f"{a:.3g}") for a in np.geomspace(0.05, 50.0, 31))
 
 
-@register
-class SaturationExplorer(Explorer):
+class SaturationExplorer(Explorer, name="softmax-saturation", size=(8.4, 3.0),
+                         title="Saturation: scale the logits z = a·z₀ and watch ‖J‖₂ vanish"):
     """Scale fixed logits up; the softmax saturates and ``||J||_2`` vanishes."""
 
-    name = "softmax-saturation"
-    title = "Saturation: scale the logits z = a·z₀ and watch ‖J‖₂ vanish"
-    slider_specs = (Slider("scale", _SAT_SCALES, label="logit scale a", default=_SAT_SCALES[10]),)
+    scale = Slider(_SAT_SCALES, label="logit scale a", default=_SAT_SCALES[10])
     presets = {
         "uniform: a = 0.05": {"scale": _SAT_SCALES[0]},
         "saturated: a = 50": {"scale": _SAT_SCALES[-1]},
     }
-    width, height = 8.4, 3.0
 
     def setup(self, fig: Figure):
         n = _SAT_LOGITS.size

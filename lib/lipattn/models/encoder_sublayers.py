@@ -1,7 +1,7 @@
 r"""Exact local constants of the attention sublayers of the book's encoder.
 
-Layer l's attention sublayer of a :mod:`lipattn.transformer` model maps its input
-H (:func:`lipattn.transformer.attention_inputs`) to
+Layer l's attention sublayer of a :mod:`lipattn.models.encoder` model maps its input
+H (:func:`lipattn.models.encoder.attention_inputs`) to
 :math:`\operatorname{softmax}(H W_Q (H W_K)^\top/\sqrt{d_k})\, H W_V W_O + b_O`: the
 map of :mod:`lipattn.lipschitz` with value matrix :math:`W_V W_O`, or with several
 heads the sum of such maps. :func:`sublayer_constants` gives its exact local
@@ -19,14 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import as_choice, as_positive_float, as_real_array, safe_norm
-from .attention import _finite_logits
-from .bounds import card_bound, local_lipschitz_bound
-from .lanczos import _check_tol
-from .layers import MultiHeadAttention, layer_lipschitz
-from .lipschitz import local_lipschitz
-from .softmax import softmax
-from .transformer import attention_inputs, check_params
+from .._validate import as_choice, as_positive_float, as_real_array, safe_norm
+from ..attention import _finite_logits
+from ..bounds import card_bound, local_lipschitz_bound
+from ..lanczos import _check_tol
+from ..layers import MultiHeadAttention, layer_lipschitz
+from ..lipschitz import local_lipschitz
+from ..softmax import softmax
+from .encoder import attention_inputs, check_params
 
 __all__ = ["SublayerConstants", "sublayer_constants"]
 
@@ -68,7 +68,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
                        tol: float = 1e-8) -> SublayerConstants:
     r"""Exact local constants of a model's attention sublayers.
 
-    Layer l's sublayer maps its input H (:func:`lipattn.transformer.attention_inputs`:
+    Layer l's sublayer maps its input H (:func:`lipattn.models.encoder.attention_inputs`:
     after :math:`\mathrm{LN}_1` in Pre-LN, the residual stream in Post-LN) to
     :math:`\operatorname{softmax}(H W_Q (H W_K)^\top/\sqrt{d_k})\, H W_V W_O + b_O`,
     which is the chapter's f with value matrix :math:`W_V W_O` (the bias does not
@@ -81,7 +81,7 @@ def sublayer_constants(params: Any, X: Any, *, variant: str, input_scale: float 
     Parameters
     ----------
     params : list of dict
-        A :mod:`lipattn.transformer` model without run axes.
+        A :mod:`lipattn.models.encoder` model without run axes.
     X : array_like, shape (B, N, d) or (N, d)
         The encoder's inputs (embedded tokens), one sequence per row of the batch.
     variant : {"post", "pre"}

@@ -3,7 +3,7 @@ r"""Train small encoders on sequence reversal with Adam, many runs at once.
 The task: a sequence of ``n_tokens`` tokens drawn uniformly from a vocabulary
 of ``vocab``; the target at position :math:`i` is the input token at position
 :math:`N - 1 - i`. The model embeds tokens and positions, runs a
-:mod:`lipattn.transformer` encoder and reads out logits with an
+:mod:`lipattn.models.encoder` encoder and reads out logits with an
 unembedding matrix; the loss is the mean cross-entropy over positions and
 sequences. Chance level is :math:`\ln(\text{vocab})`.
 
@@ -18,7 +18,7 @@ and :math:`\epsilon = 10^{-9}` as in :cite:t:`vaswani2017attention`, and a
 learning rate that rises linearly over ``warmup`` steps and then stays
 constant (``warmup = 0``: constant from the first step).
 
-The encoder is a stack of :mod:`lipattn.layers` (:func:`lipattn.transformer.as_layers`),
+The encoder is a stack of :mod:`lipattn.layers` (:func:`lipattn.models.encoder.as_layers`),
 trained through the layers' ``backward``. :func:`train_stack` trains any such
 stack -- a GPT-2- or Llama-layout :class:`~lipattn.layers.Sequential` too -- with
 the same Adam step (:func:`adam_step`, :class:`Adam`).
@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ._blas import single_threaded
-from ._validate import as_choice, as_count, as_float_in, as_seed
-from .softmax import softmax
-from .transformer import (
+from .._blas import single_threaded
+from .._validate import as_choice, as_count, as_float_in, as_seed
+from ..softmax import softmax
+from .encoder import (
     MATRICES,
     PARAM_NAMES,
     SETTINGS,
@@ -67,11 +67,11 @@ class TrainResult:
         Training loss (mean cross-entropy, nats) of the batch at each step,
         before that step's update.
     diversity : ndarray, shape (R, steps)
-        Token diversity of the encoder's output (:func:`lipattn.transformer.token_diversity`),
+        Token diversity of the encoder's output (:func:`lipattn.models.encoder.token_diversity`),
         mean over the batch, at each step before the update.
     grad_norm : ndarray, shape (R, layers, 6)
         Frobenius norms of the gradients of the six weight matrices
-        (:data:`lipattn.transformer.MATRICES`) at step 0.
+        (:data:`lipattn.models.encoder.MATRICES`) at step 0.
     grad_total : ndarray, shape (R, steps)
         Euclidean norm of the whole gradient (every parameter: encoder, embeddings,
         read-out) at each step, before that step's update. Exact for the float32
@@ -111,7 +111,7 @@ class TrainResult:
     def run(self, i: int, at: int | None = None) -> dict[str, Any]:
         """Run ``i``'s trained model, without run axes: ``{"blocks", "embed",
         "pos", "unembed", "variant"}``; ``blocks`` is a params list for
-        :func:`lipattn.transformer.forward`. ``at``: a step of ``snapshots``
+        :func:`lipattn.models.encoder.forward`. ``at``: a step of ``snapshots``
         (default None: the final model)."""
         R = self.lr.size
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -R <= i < R:
@@ -209,7 +209,7 @@ def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr
                 warmup: int = 0, betas: tuple[float, float] = (0.9, 0.98),
                 callback: Callable[[int, float], None] | None = None) -> np.ndarray:
     r"""Train any stack of :mod:`lipattn.layers` (the book's encoder from
-    :func:`lipattn.transformer.as_layers`, a GPT-2- or Llama-layout
+    :func:`lipattn.models.encoder.as_layers`, a GPT-2- or Llama-layout
     :class:`~lipattn.layers.Sequential`, ...) with :class:`Adam`, through the
     layers' ``backward``.
 
@@ -276,12 +276,12 @@ def reversal_batch(rng: np.random.Generator, batch: int, n_tokens: int, vocab: i
 
 def init_model(layers: int, d: int, vocab: int, n_tokens: int, *, heads: int = 1,
                seed: int = 0, qk_norm: bool = False) -> dict[str, Any]:
-    r"""A fresh model: encoder (:func:`~lipattn.transformer.init_params`), token and
+    r"""A fresh model: encoder (:func:`~lipattn.models.encoder.init_params`), token and
     position embeddings with i.i.d. :math:`N(0, 1/2)` entries (so their sum has
     unit variance), and a Xavier-uniform unembedding (d, vocab).
 
     ``layers``, ``d``, ``heads``, ``seed`` (an int >= 0) and ``qk_norm`` as in
-    :func:`~lipattn.transformer.init_params`; ``vocab >= 2``, ``n_tokens >= 1``,
+    :func:`~lipattn.models.encoder.init_params`; ``vocab >= 2``, ``n_tokens >= 1``,
     with at most 1e8 embedding entries."""
     vocab = as_count(vocab, "vocab", 2)
     n_tokens = as_count(n_tokens, "n_tokens", 1)
@@ -310,7 +310,7 @@ def model_forward(model: dict[str, Any], tokens: Any) -> np.ndarray:
     -------
     logits : ndarray, shape (..., n_tokens, vocab)
     """
-    from .transformer import forward
+    from .encoder import forward
     keys = ("blocks", "embed", "pos", "unembed", "variant")
     if not isinstance(model, dict) or any(k not in model for k in keys):
         raise TypeError(f"model must be a dict with keys {keys} (from TrainResult.run); got "
@@ -376,7 +376,7 @@ def train_reversal(variant: str, lr: Any, warmup: Any, seed: Any, *, layers: int
         None. Adam's moments are not touched. Default None: no call, and results
         bit-identical to a run without this argument.
     qk_norm : bool, default False
-        Normalise every head's queries and keys (:mod:`lipattn.transformer`).
+        Normalise every head's queries and keys (:mod:`lipattn.models.encoder`).
     logit_every : int, default 10
         Record each layer's largest attention logit at steps 0, logit_every, ...
         (read-only: the training is the same for every value).
@@ -533,6 +533,6 @@ def train_model(variant: str = "pre", *, lr: float = 3e-3, warmup: int = 0, seed
 
     Keyword arguments go to :func:`train_reversal` (``layers``, ``d``,
     ``steps``, ...). The returned ``model["blocks"]`` works with
-    :func:`lipattn.transformer.forward`, and :func:`model_forward` gives logits.
+    :func:`lipattn.models.encoder.forward`, and :func:`model_forward` gives logits.
     """
     return train_reversal(variant, lr, warmup, seed, **kwargs).run(0)

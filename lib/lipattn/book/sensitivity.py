@@ -7,8 +7,8 @@ entering layer :math:`l`), so
 .. math:: \|J\|_2 \le \prod_{l=1}^L \|J_l\|_2 ,
 
 the "product of per-layer Lipschitz constants". This module measures both
-sides on the Post-LN and Pre-LN encoders of :mod:`lipattn.transformer`, built
-from the library's layers (:func:`lipattn.transformer.as_layers`): the
+sides on the Post-LN and Pre-LN encoders of :mod:`lipattn.models.encoder`, built
+from the library's layers (:func:`lipattn.models.encoder.as_layers`): the
 end-to-end local constant :math:`\|J\|_2` (:func:`stack_lipschitz`) and the
 layers' own local constants (:func:`layer_jacobian_norms`), each exact up to a
 relative tolerance (default :math:`10^{-10}`): Golub–Kahan–Lanczos
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ._blas import single_threaded
-from ._validate import (
+from .._blas import single_threaded
+from .._validate import (
     as_bool,
     as_choice,
     as_count,
@@ -43,9 +43,9 @@ from ._validate import (
     as_positive_float,
     as_real_array,
 )
-from .lanczos import jacobian_norm
-from .layernorm import layer_norm_jacobian_norm
-from .transformer import as_layers, check_params, init_params
+from ..lanczos import jacobian_norm
+from ..layernorm import layer_norm_jacobian_norm
+from ..models.encoder import as_layers, check_params, init_params
 
 __all__ = ["scale_branches", "stack_lipschitz", "stack_jacobian", "layer_jacobian_norms",
            "Sensitivity", "input_sensitivity"]
@@ -71,7 +71,7 @@ def scale_branches(params: Any, alpha: float) -> list[dict[str, Any]]:
     Parameters
     ----------
     params : list of dict
-        From :func:`lipattn.transformer.init_params`.
+        From :func:`lipattn.models.encoder.init_params`.
     alpha : float
         Positive branch scale.
 
@@ -117,7 +117,7 @@ def stack_lipschitz(params: Any, X: Any, *, variant: str, final_norm: bool = Tru
     r"""The exact local constant :math:`\|J\|_2 = \|DF(X)\|_2` of the whole stack.
 
     Golub–Kahan–Lanczos (:func:`lipattn.jacobian_norm`) on the jvp and vjp of
-    :func:`lipattn.transformer.as_layers`: exact up to the relative tolerance
+    :func:`lipattn.models.encoder.as_layers`: exact up to the relative tolerance
     ``tol`` (certified), or a :class:`~lipattn.lanczos.ConvergenceError`.
 
     Parameters
@@ -143,7 +143,7 @@ def stack_lipschitz(params: Any, X: Any, *, variant: str, final_norm: bool = Tru
 def stack_jacobian(params: Any, X: Any, *, variant: str, final_norm: bool = True) -> np.ndarray:
     r"""Dense Jacobian of the stack's output with respect to its input.
 
-    Column k is the stack's jvp (:func:`lipattn.transformer.as_layers`) in the
+    Column k is the stack's jvp (:func:`lipattn.models.encoder.as_layers`) in the
     k-th basis direction: exact up to rounding, :math:`Nd` products.
 
     Parameters
@@ -229,7 +229,7 @@ def input_sensitivity(depths: Any, d: int = 16, *, variant: str, seeds: int = 3,
                       n_tokens: int = 8, alpha: float = 1.0) -> Sensitivity:
     r"""End-to-end local constants against products of per-layer ones, by depth.
 
-    Models are :func:`lipattn.transformer.init_params` with seeds
+    Models are :func:`lipattn.models.encoder.init_params` with seeds
     ``0, ..., seeds - 1`` (branches scaled by ``alpha``); inputs have i.i.d.
     :math:`N(0, 1)` entries. Every constant is exact up to a relative
     :math:`10^{-10}` (:func:`stack_lipschitz`, :func:`layer_jacobian_norms`; the

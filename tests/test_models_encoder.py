@@ -1,4 +1,4 @@
-"""lipattn.transformer: backward against central finite differences, the forward
+"""lipattn.models.encoder: backward against central finite differences, the forward
 pass against lipattn.attention, broadcasting over runs, and bad inputs."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lipattn import transformer as T
 from lipattn.attention import self_attention
 from lipattn.layernorm import layer_norm
+from lipattn.models import encoder as T
 
 
 def _generic_params(heads=1, seed=1, layers=2, d=4, d_ff=6):

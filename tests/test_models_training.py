@@ -1,4 +1,4 @@
-"""Additions to lipattn/training.py: the gradient norm at every step and the
+"""Additions to lipattn/models/training.py: the gradient norm at every step and the
 intervention hook (the rest of train_reversal is tested in test_prenorm.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lipattn import training, transformer
+from lipattn.models import encoder, training
 from lipattn.softmax import softmax
 
 KW = {"layers": 2, "d": 16, "vocab": 16, "n_tokens": 8, "batch": 4}
@@ -19,18 +19,18 @@ def _plain_gradient_norm(variant: str, seed: int, kw: dict) -> float:
     tok, tgt = training.reversal_batch(np.random.default_rng([seed, 2]), kw["batch"],
                                        kw["n_tokens"], kw["vocab"])
     X = model["embed"][tok] + model["pos"]
-    out = transformer.forward(model["blocks"], X, variant=variant)
+    out = encoder.forward(model["blocks"], X, variant=variant)
     P = softmax(out @ model["unembed"], axis=-1)
     dlog = P.copy()
     np.put_along_axis(dlog, tgt[..., None], np.take_along_axis(P, tgt[..., None], -1) - 1, -1)
     dlog /= tok.size
     g_unembed = out.reshape(-1, kw["d"]).T @ dlog.reshape(-1, kw["vocab"])
-    grads, dX = transformer.backward(model["blocks"], X, dlog @ model["unembed"].T,
+    grads, dX = encoder.backward(model["blocks"], X, dlog @ model["unembed"].T,
                                      variant=variant)
     g_embed = np.zeros_like(model["embed"])
     np.add.at(g_embed, tok.ravel(), dX.reshape(-1, kw["d"]))
     parts = [g_unembed, g_embed, dX.sum(axis=0)] + [g[k] for g in grads
-                                                     for k in transformer.PARAM_NAMES]
+                                                     for k in encoder.PARAM_NAMES]
     return float(np.sqrt(sum(np.sum(np.square(p)) for p in parts)))
 
 
@@ -72,7 +72,7 @@ def test_step_hook_sees_writable_views_of_every_update():
     np.testing.assert_array_equal(res.run(0)["blocks"][0]["W_Q"], init.astype(np.float32))
     assert not np.allclose(res.run(1)["blocks"][0]["W_Q"], init)   # run 1 trained it
     assert seen[("embed",)] == (2, 16, 16) and seen[("blocks", 1, "W_2")] == (2, 1, 64, 16)
-    assert len(seen) == 3 + 2 * len(transformer.PARAM_NAMES)
+    assert len(seen) == 3 + 2 * len(encoder.PARAM_NAMES)
 
 
 def test_step_hook_must_be_callable():
@@ -89,12 +89,12 @@ def test_max_logit_matches_the_logits_of_a_plain_forward_pass():
         assert res.logit_steps.tolist() == [0, 2] and res.max_logit.shape == (1, 2, 2)
         model = training.init_model(2, 16, 16, 8, heads=2, seed=1, qk_norm=qk)
         tok, _ = training.reversal_batch(np.random.default_rng([1, 2]), 4, 8, 16)
-        H = transformer.attention_inputs(model["blocks"], model["embed"][tok] + model["pos"],
+        H = encoder.attention_inputs(model["blocks"], model["embed"][tok] + model["pos"],
                                          variant="pre")
         for l_, p in enumerate(model["blocks"]):
             lay = StabilisedAttention(p["W_Q"], p["W_K"], p["W_V"], n_head=2,
                                       qk_norm="layer" if qk else None,
-                                      qk_norm_eps=transformer.EPS)
+                                      qk_norm_eps=encoder.EPS)
             ref = max(lay.logits(h).max() for h in H[l_])
             assert res.max_logit[0, 0, l_] == pytest.approx(ref, rel=1e-4, abs=1e-5)
         if qk:
@@ -155,19 +155,19 @@ def test_adam_matches_the_written_out_rule():
 
 
 def test_train_stack_steps_the_book_encoder_by_its_backward():
-    """One step of train_stack on as_layers equals Adam on transformer.backward's grads."""
-    params = transformer.init_params(2, 8, heads=2, seed=1)
-    ref = [{k: np.array(v) if k in transformer.PARAM_NAMES else v for k, v in p.items()}
+    """One step of train_stack on as_layers equals Adam on encoder.backward's grads."""
+    params = encoder.init_params(2, 8, heads=2, seed=1)
+    ref = [{k: np.array(v) if k in encoder.PARAM_NAMES else v for k, v in p.items()}
            for p in params]
     rng = np.random.default_rng(2)
     X, G = rng.standard_normal((2, 3, 5, 8))
-    stack = transformer.as_layers(params, "pre")
+    stack = encoder.as_layers(params, "pre")
     losses = training.train_stack(stack, lambda t: (X, None),
                                   lambda Y, _: (float(np.sum(G * Y)), G), steps=1, lr=1e-2)
-    assert losses[0] == pytest.approx(np.sum(G * transformer.forward(ref, X, variant="pre")))
-    grads, _ = transformer.backward(ref, X, G, variant="pre")
+    assert losses[0] == pytest.approx(np.sum(G * encoder.forward(ref, X, variant="pre")))
+    grads, _ = encoder.backward(ref, X, G, variant="pre")
     for p, q, g in zip(params, ref, grads, strict=True):
-        for k in transformer.PARAM_NAMES:
+        for k in encoder.PARAM_NAMES:
             np.testing.assert_allclose(p[k], _adam_reference(q[k], [g[k]], 1e-2, 0.9, 0.98),
                                        rtol=1e-12, atol=1e-14, err_msg=k)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._blas import single_threaded
-from ._validate import (
+from .._blas import single_threaded
+from .._validate import (
     as_choice,
     as_count,
     as_counts,
@@ -25,8 +25,8 @@ from ._validate import (
     as_real_array,
     scale_of,
 )
-from .training import TrainResult
-from .transformer import MATRICES, _backward, _forward, init_params, stack_params
+from ..models.encoder import MATRICES, _backward, _forward, init_params, stack_params
+from ..models.training import TrainResult
 
 __all__ = ["InitProfile", "init_profile", "last_layer_gradients", "fit_power",
            "fit_log", "amplification", "encoder_layer", "layer_jacobian_norms",
@@ -41,7 +41,7 @@ class InitProfile:
     ----------
     grad : ndarray, shape (seeds, L, 6)
         Frobenius norm of the gradient of each weight matrix, in the order of
-        :data:`lipattn.transformer.MATRICES`.
+        :data:`lipattn.models.encoder.MATRICES`.
     second_moment : ndarray, shape (seeds, L + 1)
         Mean squared entry of the residual stream entering each layer (and, last,
         of the final stream, before Pre-LN's final LayerNorm).
@@ -115,7 +115,7 @@ def init_profile(layers: int, d: int, variant: str, *, seeds: int = 8, n_tokens:
     -------
     InitProfile
     """
-    from .transformer import token_diversity
+    from ..models.encoder import token_diversity
     layers, d, seeds, n_tokens = _check_counts(layers, d, seeds, n_tokens)
     as_choice(variant, "variant", ("post", "pre"))
     P = _models(layers, d, seeds, heads)
@@ -296,7 +296,7 @@ def amplification(depths, d: int, *, seeds: int = 8, size: float = 1e-3,
 
 
 def encoder_layer(p: dict, variant: str):
-    r"""One layer of the book's encoder (:mod:`lipattn.transformer`) as a
+    r"""One layer of the book's encoder (:mod:`lipattn.models.encoder`) as a
     :mod:`lipattn.layers` composition, with exact ``forward``, ``jvp`` and ``vjp``.
 
     Post-LN: :math:`\mathrm{LN}_2(H + F(H))` with :math:`H = \mathrm{LN}_1(X + A(X))`;
@@ -306,7 +306,7 @@ def encoder_layer(p: dict, variant: str):
     Parameters
     ----------
     p : dict
-        One layer's parameters (:data:`lipattn.transformer.PARAM_NAMES` and
+        One layer's parameters (:data:`lipattn.models.encoder.PARAM_NAMES` and
         ``"heads"``), without run axes: ``W_Q`` of shape (d, d), ``b_O`` of shape (d,), ...
     variant : {"post", "pre"}
 
@@ -315,7 +315,7 @@ def encoder_layer(p: dict, variant: str):
     lipattn.layers.Sequential
         Maps hidden states of shape (N, d) to (N, d).
     """
-    from .transformer import as_layers
+    from ..models.encoder import as_layers
     as_choice(variant, "variant", ("post", "pre"))
     if not isinstance(p, dict) or not p:
         raise TypeError("p must be one layer's parameter dict (W_Q, ..., b_2 and 'heads'); "
@@ -347,8 +347,8 @@ def layer_jacobian_norms(layers: int, d: int, variant: str, *, seeds: int = 8,
         layer's jvp and vjp, :func:`lipattn.layers.layer_lipschitz`, with its
         certificate; a ``ConvergenceError`` otherwise).
     """
-    from .layers import layer_lipschitz
-    from .transformer import residual_stream
+    from ..layers import layer_lipschitz
+    from ..models.encoder import residual_stream
     layers, d, seeds, n_tokens = _check_counts(layers, d, seeds, n_tokens)
     as_choice(variant, "variant", ("post", "pre"))
     P = _models(layers, d, seeds, heads)
@@ -364,7 +364,7 @@ def layer_jacobian_norms(layers: int, d: int, variant: str, *, seeds: int = 8,
 
 
 def scaled_updates(scales: dict) -> Callable:
-    """A ``step_hook`` for :func:`lipattn.training.train_reversal` that rescales
+    """A ``step_hook`` for :func:`lipattn.models.training.train_reversal` that rescales
     chosen updates during the first steps: an intervention on early training.
 
     Parameters
@@ -372,7 +372,7 @@ def scaled_updates(scales: dict) -> Callable:
     scales : dict
         Maps a run index (int) to a triple ``(names, steps, factor)``: for that
         run, the updates of the parameters named in ``names`` (weight names of
-        :data:`lipattn.transformer.PARAM_NAMES`, or ``"embed"``, ``"pos"``,
+        :data:`lipattn.models.encoder.PARAM_NAMES`, or ``"embed"``, ``"pos"``,
         ``"unembed"``; ``None`` for every parameter) are multiplied by ``factor``
         (a finite real >= 0; 0 freezes them) at steps ``0, ..., steps - 1``. Runs not
         listed are left alone.
@@ -421,7 +421,7 @@ def intervention_runs(interventions: dict, seeds, *, variant: str = "post", lr: 
         Every intervention is run with every seed (paired: same initialisation
         and batches).
     variant, lr, warmup
-        As in :func:`lipattn.training.train_reversal`, the same for every run.
+        As in :func:`lipattn.models.training.train_reversal`, the same for every run.
     **train
         Further keyword arguments of ``train_reversal`` (sizes, ``steps``).
 
@@ -432,7 +432,7 @@ def intervention_runs(interventions: dict, seeds, *, variant: str = "post", lr: 
         intervention ``i`` with seed ``seeds[j]``.
     result : TrainResult
     """
-    from .training import train_reversal
+    from ..models.training import train_reversal
     if not isinstance(interventions, dict) or not interventions:
         raise TypeError(f"interventions must be a non-empty dict label -> (names, steps, "
                         f"factor) or None; got {interventions!r}")
