@@ -459,3 +459,14 @@ def test_dobrushin_rejects_non_stochastic_rows():
         collapse.dobrushin(np.array([[0.5, 0.6], [0.5, 0.5]]))
     with pytest.raises(ValueError, match="^P must be row-stochastic"):
         collapse.dobrushin(np.array([[1.5, -0.5], [0.5, 0.5]]))
+
+
+@pytest.mark.parametrize(("kw", "phrase"), [({"ndim": 1}, "with 1 axis "),
+                                              ({"ndim": 2}, "with 2 axes "),
+                                              ({"min_ndim": 1}, "with at least 1 axis "),
+                                              ({"min_ndim": 2}, "with at least 2 axes ")])
+def test_array_errors_count_axes_in_english(kw, phrase):
+    from lipattn._validate import as_real_array
+    with pytest.raises(ValueError) as err:
+        as_real_array(np.array([np.nan]), "s", **kw)
+    assert phrase in str(err.value)

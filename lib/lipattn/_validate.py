@@ -105,9 +105,9 @@ def as_real_array(
     expected = (f"{name} must be a real array of finite or -inf (masked) entries"
                 if allow_masked else f"{name} must be a finite real array")
     if ndim is not None:
-        expected += f" with {ndim} axes"
+        expected += f" with {ndim} " + ("axes" if ndim != 1 else "axis")
     else:
-        expected += f" with at least {min_ndim} axis" + ("es" if min_ndim > 1 else "")
+        expected += f" with at least {min_ndim} " + ("axes" if min_ndim > 1 else "axis")
     if last_axis_min > 0:
         expected += f" and at least {last_axis_min} element(s) on its last axis"
     if isinstance(value, (str, bytes)) or value is None:
