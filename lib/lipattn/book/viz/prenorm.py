@@ -535,5 +535,7 @@ class WarmupExplorer(Explorer):
         self._span.set_visible(bool(warmup))
         self._title.set_text(f"{VARIANT_NAMES[variant]}, lr = {lr:g}, "
                              + (f"warm-up {warmup} steps" if warmup else "no warm-up"))
-        self._text.set_text("final loss (last 20 steps): "
-                            + ", ".join(f"{f:.2g}" for f in finals))
+        finals = np.array(finals)
+        self._text.set_text(f"trained (final loss < 0.5): {int(np.sum(finals < 0.5))} of "
+                            f"{finals.size} seeds\nfinal loss (last 20 steps): median "
+                            f"{np.median(finals):.2g}, max {finals.max():.2g}")
