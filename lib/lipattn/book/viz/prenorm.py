@@ -363,7 +363,7 @@ def fig_interventions(grid: dict[str, TrainResult], labels: list[str], res: Trai
         ax.set_xlabel("Adam step")
     axes[0].set_title(f"Post-LN, lr = {lr:g}, no warm-up: interventions", fontsize=10)
     axes[1].set_title(f"{len(idx)} seeds per intervention", fontsize=10)
-    axes[0].legend(loc="lower left", fontsize=7)
+    axes[1].legend(loc="lower left" if log_loss else "upper right", fontsize=7)  # empty there
     return fig
 
 
