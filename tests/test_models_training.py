@@ -212,3 +212,29 @@ def test_train_stack_calls_back_after_each_step():
         callback=lambda t, v: seen.append((t, v, ln.g.copy())))
     assert [(t, v) for t, v, _ in seen] == list(enumerate(losses))
     assert not np.array_equal(seen[0][2], np.ones(3))  # called after the update
+
+
+def test_radam_rectification_matches_the_ema_as_a_simple_moving_average():
+    """rho_k is the length of the simple moving average whose mean age equals that of
+    the bias-corrected EMA of k squared gradients (Liu et al. 2020); r_t^2 is the
+    ratio of the adaptive step's variances, rho/((rho - 2)(rho - 4)), at infinity and
+    at k. Loop re-implementation of the definitions; zero where rho_k <= 4."""
+    b2, steps = 0.98, 400
+    r = training.radam_rectification(steps, b2)
+    def var(rho):
+        return rho / ((rho - 2) * (rho - 4))
+    rho_inf = (1 + b2) / (1 - b2)
+    for t in range(steps):
+        k = t + 1
+        w = [b2 ** (k - i) for i in range(1, k + 1)]     # EMA weight of gradient i
+        age = sum(wi * (k - i) for wi, i in zip(w, range(1, k + 1), strict=True)) / sum(w)
+        rho = 2 * age + 1                                # SMA of length rho: mean age (rho-1)/2
+        want = np.sqrt(var(rho_inf) / var(rho)) if rho > 4 else 0.0
+        assert r[t] == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert np.all(r[:4] == 0) and r[4] > 0 and np.all(np.diff(r[4:]) > 0) and r[-1] < 1
+    assert training.radam_rectification(10**5, 0.9)[-1] == pytest.approx(1.0, abs=1e-6)
+    for bad in (0.5, 1.0, 0.0, True, "x"):
+        with pytest.raises((ValueError, TypeError), match="beta2"):
+            training.radam_rectification(3, bad)
+    with pytest.raises((ValueError, TypeError), match="steps"):
+        training.radam_rectification(0)

@@ -288,6 +288,21 @@ def test_scaled_updates_freeze_and_scale_the_chosen_runs():
         prenorm.intervention_runs({}, [0])
 
 
+def test_a_per_step_factor_schedule_is_the_trainers_warm_up():
+    """Factors (t + 1)/k on every update for k steps = train_reversal's warm-up of k steps."""
+    kw = {"layers": 2, "d": 16, "batch": 4, "steps": 8}
+    labels, res = prenorm.intervention_runs({"ramp": (None, 5, np.arange(1, 6) / 5)},
+                                            [0, 1], variant="post", lr=1e-2, **kw)
+    warm = training.train_reversal("post", 1e-2, 5, [0, 1], **kw)
+    np.testing.assert_allclose(res.loss, warm.loss, rtol=1e-4)
+    np.testing.assert_allclose(res.update, warm.update, rtol=1e-4)
+    for bad in ([0.5, 0.5], [1.0, -1.0, 1.0]):
+        with pytest.raises(ValueError, match="factor"):
+            prenorm.scaled_updates({0: (None, 3, bad)})
+    with pytest.raises(ValueError, match="factor"):
+        prenorm.scaled_updates({0: (None, 2, [1.0, np.nan])})
+
+
 def test_new_figures_build():
     kw = {"layers": 2, "d": 16, "batch": 4, "steps": 3}
     # a small grid of training_grid's layout (fig_grad_norm indexes it by grid_index)

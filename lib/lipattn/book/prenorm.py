@@ -374,8 +374,10 @@ def scaled_updates(scales: dict) -> Callable:
         run, the updates of the parameters named in ``names`` (weight names of
         :data:`lipattn.models.encoder.PARAM_NAMES`, or ``"embed"``, ``"pos"``,
         ``"unembed"``; ``None`` for every parameter) are multiplied by ``factor``
-        (a finite real >= 0; 0 freezes them) at steps ``0, ..., steps - 1``. Runs not
-        listed are left alone.
+        (a finite real >= 0; 0 freezes them) at steps ``0, ..., steps - 1``; or, if
+        ``factor`` is a sequence of ``steps`` such reals, by ``factor[t]`` at step
+        ``t`` (a schedule: a short warm-up, :func:`lipattn.models.training.radam_rectification`).
+        Runs not listed are left alone.
 
     Returns
     -------
@@ -395,16 +397,24 @@ def scaled_updates(scales: dict) -> Callable:
                 isinstance(n, str) for n in names)):
             raise TypeError(f"scales[{r}]'s names must be None or a sequence of str; got "
                             f"{names!r}")
-        spec[r] = (None if names is None else frozenset(names),
-                   as_count(steps, f"scales[{r}]'s steps", 0),
-                   as_positive_float(factor, f"scales[{r}]'s factor", allow_zero=True))
+        steps = as_count(steps, f"scales[{r}]'s steps", 0)
+        if np.ndim(factor) == 0:
+            factor = [as_positive_float(factor, f"scales[{r}]'s factor", allow_zero=True)] * steps
+        else:
+            factor = as_real_array(factor, f"scales[{r}]'s factor")
+            if factor.shape != (steps,) or np.any(factor < 0):
+                raise ValueError(f"scales[{r}]'s factor must be a non-negative real or a "
+                                 f"sequence of steps = {steps} of them; got shape "
+                                 f"{factor.shape}")
+        spec[r] = (None if names is None else frozenset(names), steps,
+                   np.asarray(factor, dtype=np.float32))
 
     def hook(t: int, step: dict) -> None:
         for key, view in step.items():
             name = key[2] if key[0] == "blocks" else key[0]
             for r, (names, steps, factor) in spec.items():
                 if t < steps and (names is None or name in names):
-                    view[r] *= np.float32(factor)
+                    view[r] *= factor[t]
     return hook
 
 

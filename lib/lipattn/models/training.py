@@ -51,7 +51,8 @@ from .encoder import (
 )
 
 __all__ = ["TrainResult", "init_model", "reversal_batch", "train_reversal",
-           "train_model", "model_forward", "adam_step", "Adam", "train_stack"]
+           "train_model", "model_forward", "adam_step", "Adam", "train_stack",
+           "radam_rectification"]
 
 
 @dataclass
@@ -150,6 +151,48 @@ def adam_step(m1: np.ndarray, m2: np.ndarray, g: np.ndarray, t: int, b1: float, 
     step = (m1 / (1 - b1 ** (t + 1))) / (np.sqrt(m2 / (1 - b2 ** (t + 1))) + m2.dtype.type(1e-9))
     step *= rate
     return step
+
+
+def radam_rectification(steps: int, beta2: float = 0.98) -> np.ndarray:
+    r"""RAdam's variance rectification :math:`r_t` (:cite:t:`liu2020variance`) for
+    Adam's steps ``0, ..., steps - 1``: multiplying :func:`adam_step`'s step ``t``
+    by ``r[t]`` gives RAdam's adaptive step.
+
+    With :math:`\rho_\infty = 2/(1 - \beta_2) - 1` and, at step :math:`k = t + 1`,
+    :math:`\rho_k = \rho_\infty - 2k\beta_2^k/(1 - \beta_2^k)`,
+    :math:`r_t = \sqrt{(\rho_k - 4)(\rho_k - 2)\rho_\infty / ((\rho_\infty - 4)
+    (\rho_\infty - 2)\rho_k)}` where :math:`\rho_k > 4`, and :math:`r_t = 0`
+    elsewhere: where the variance of the adaptive step is undefined, this
+    version takes no step (rather than the un-adapted momentum step of the
+    paper's Algorithm 2). Exact in float64; :math:`r_t \to 1` as :math:`t \to \infty`.
+
+    Parameters
+    ----------
+    steps : int
+        At least 1.
+    beta2 : float, default 0.98
+        Adam's second-moment decay, in (0, 1), with :math:`
+ho_\infty > 4`
+        (:math:`\beta_2 > 3/5`).
+
+    Returns
+    -------
+    r : ndarray, shape (steps,), entries in [0, 1]
+    """
+    steps = as_count(steps, "steps", 1)
+    beta2 = as_float_in(beta2, "beta2", 0.0, 1.0, lo_open=True, hi_open=True)
+    rho_inf = 2.0 / (1.0 - beta2) - 1.0
+    if rho_inf <= 4.0:
+        raise ValueError(f"beta2 must exceed 3/5, so that the rectification is ever defined "
+                         f"(rho_inf = 2/(1 - beta2) - 1 > 4); got {beta2!r}")
+    k = np.arange(1, steps + 1, dtype=float)
+    pk = beta2 ** k
+    rho = rho_inf - 2.0 * k * pk / (1.0 - pk)
+    ok = rho > 4.0
+    r = np.zeros(steps)
+    r[ok] = np.sqrt((rho[ok] - 4.0) * (rho[ok] - 2.0) * rho_inf
+                    / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho[ok]))
+    return r
 
 
 class Adam:

@@ -18,7 +18,7 @@ from matplotlib.ticker import NullFormatter
 from ..._validate import as_count, as_int_at_least, as_positive_float, as_seed
 from ...layernorm import layer_norm_jacobian_norm
 from ...models.encoder import MATRICES
-from ...models.training import TrainResult, train_reversal
+from ...models.training import TrainResult, radam_rectification, train_reversal
 from .. import plotting
 from .._check import as_reals, as_result, as_text
 from ..prenorm import InitProfile, fit_power, init_profile, intervention_runs
@@ -28,7 +28,7 @@ __all__ = ["PROFILE_D", "PROFILE_SEEDS", "PROFILE_DEPTHS", "LRS", "WARMUPS", "TR
            "TRAIN", "profiles", "training_grid", "grid_index", "fig_ln_norm", "fig_intuition",
            "fig_profile", "fig_last_layer", "fig_training_grid", "fig_first_steps",
            "fig_amplification", "DepthExplorer", "WarmupExplorer", "INTERVENTIONS",
-           "interventions", "fig_grad_norm", "fig_interventions"]
+           "interventions", "fig_grad_norm", "fig_interventions", "RESCUES", "rescues"]
 
 #: Gradients at initialisation: model dimension, seeds, depths of the explorer.
 #: The per-layer gradient norms are heavy-tailed across seeds, so the chapter
@@ -38,7 +38,7 @@ PROFILE_DEPTHS = (3, 6, 12, 24)
 #: The warm-up grid: learning rates x warm-up lengths x seeds, per variant.
 LRS = (3e-3, 1e-2)
 WARMUPS = (0, 60)
-TRAIN_SEEDS = (0, 1, 2, 3)
+TRAIN_SEEDS = tuple(range(16))
 #: The training run's sizes (keyword arguments of ``train_reversal``).
 TRAIN = {"layers": 6, "d": 32, "vocab": 16, "n_tokens": 8, "batch": 16, "steps": 300}
 #: Interventions on the failed runs (Post-LN, lr 1e-2, no warm-up), each with every
@@ -47,6 +47,15 @@ TRAIN = {"layers": 6, "d": 32, "vocab": 16, "n_tokens": 8, "batch": 16, "steps":
 INTERVENTIONS = {"first update ÷ 60": (None, 1, 1 / 60),
                  "W_Q, W_K frozen, steps 0–19": (("W_Q", "W_K"), 20, 0.0),
                  "W_1, W_2 frozen, steps 0–19": (("W_1", "W_2"), 20, 0.0)}
+#: Interventions that shrink only the early updates of the same failed runs, every
+#: parameter at once: short warm-ups, the 60-step warm-up cut off after 10 steps,
+#: a smaller learning rate for 20 steps, and RAdam's rectification (every step).
+RESCUES = {"warm-up over 5 steps": (None, 5, np.arange(1, 6) / 5),
+           "warm-up over 20 steps": (None, 20, np.arange(1, 21) / 20),
+           "60-step warm-up, first 10 steps only": (None, 10, np.arange(1, 11) / 60),
+           "lr ÷ 10, steps 0–19": (None, 20, 0.1),
+           "RAdam's rectification": (None, TRAIN["steps"],
+                                     radam_rectification(TRAIN["steps"], 0.98))}
 VARIANT_COLORS = {"post": "C1", "pre": "C0"}
 VARIANT_NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
@@ -77,6 +86,14 @@ def interventions() -> tuple[list[str], TrainResult]:
     """:data:`INTERVENTIONS` on Post-LN at lr 1e-2 without warm-up, every seed of
     the grid, as one batch (cached); see :func:`lipattn.book.prenorm.intervention_runs`."""
     return intervention_runs(INTERVENTIONS, list(TRAIN_SEEDS), variant="post", lr=1e-2,
+                             warmup=0, **TRAIN)
+
+
+@lru_cache(maxsize=1, typed=True)
+def rescues() -> tuple[list[str], TrainResult]:
+    """:data:`RESCUES` on Post-LN at lr 1e-2 without warm-up, every seed of the grid,
+    as one batch (cached), like :func:`interventions`."""
+    return intervention_runs(RESCUES, list(TRAIN_SEEDS), variant="post", lr=1e-2,
                              warmup=0, **TRAIN)
 
 
@@ -310,10 +327,13 @@ def fig_grad_norm(grid: dict[str, TrainResult], lr: float = 1e-2) -> Figure:
 
 
 def fig_interventions(grid: dict[str, TrainResult], labels: list[str], res: TrainResult,
-                      lr: float = 1e-2) -> Figure:
+                      lr: float = 1e-2, *, log_loss: bool = False) -> Figure:
     """Token diversity (left) and loss (right) of the failed Post-LN runs, unmodified
-    and under each intervention of :data:`INTERVENTIONS`, every seed."""
+    and under each intervention in ``labels`` (from :func:`interventions` or
+    :func:`rescues`), every seed; ``log_loss``: a log loss axis."""
     grid = _check_grid(grid, lr)
+    if not isinstance(log_loss, bool):
+        raise TypeError(f"log_loss must be a bool; got {type(log_loss).__name__}")
     res = as_result(res, "res", cls=TrainResult, producer="interventions")
     if not isinstance(labels, (list, tuple)) or not labels:
         raise TypeError(f"labels must be a non-empty list of labels (from interventions); "
@@ -322,7 +342,10 @@ def fig_interventions(grid: dict[str, TrainResult], labels: list[str], res: Trai
     fig, axes = plotting.figure(2, width=10.0, height=3.4)
     base = [grid_index(lr, 0, s) for s in TRAIN_SEEDS]
     curves = [("no intervention", grid["post"], base, "0.3")]
-    for lab, color in zip(INTERVENTIONS, ("C2", "C4", "C3"), strict=True):
+    kinds = list(dict.fromkeys(labels))
+    if len(kinds) > 6:
+        raise ValueError(f"labels must name at most 6 interventions; got {len(kinds)}")
+    for lab, color in zip(kinds, ("C2", "C4", "C3", "C0", "C5", "C6"), strict=False):
         curves.append((lab, res, [i for i, x in enumerate(labels) if x == lab], color))
     for lab, r, idx, color in curves:
         for j, i in enumerate(idx):
@@ -333,11 +356,14 @@ def fig_interventions(grid: dict[str, TrainResult], labels: list[str], res: Trai
     axes[0].set_ylabel("token diversity of the output (log)")
     axes[1].axhline(np.log(TRAIN["vocab"]), color="0.5", ls=":", lw=1)
     axes[1].set_ylabel("training loss (nats; dotted: chance)")
+    if log_loss:
+        axes[1].set_yscale("log")
+        axes[1].set_ylim(1e-4, 6)
     for ax in axes:
         ax.set_xlabel("Adam step")
     axes[0].set_title(f"Post-LN, lr = {lr:g}, no warm-up: interventions", fontsize=10)
-    axes[1].set_title(f"{len(TRAIN_SEEDS)} seeds per intervention", fontsize=10)
-    axes[0].legend(loc="lower left", fontsize=7)
+    axes[1].set_title(f"{len(idx)} seeds per intervention", fontsize=10)
+    axes[1].legend(loc="lower left" if log_loss else "upper right", fontsize=7)  # empty there
     return fig
 
 
@@ -501,5 +527,7 @@ class WarmupExplorer(
         self._span.set_visible(bool(warmup))
         self._title.set_text(f"{VARIANT_NAMES[variant]}, lr = {lr:g}, "
                              + (f"warm-up {warmup} steps" if warmup else "no warm-up"))
-        self._text.set_text("final loss (last 20 steps): "
-                            + ", ".join(f"{f:.2g}" for f in finals))
+        finals = np.array(finals)
+        self._text.set_text(f"trained (final loss < 0.5): {int(np.sum(finals < 0.5))} of "
+                            f"{finals.size} seeds\nfinal loss (last 20 steps): median "
+                            f"{np.median(finals):.2g}, max {finals.max():.2g}")
