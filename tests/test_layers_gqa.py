@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from lipattn.layers import MultiHeadAttention, RMSNorm
+from lipattn.layers import MultiHeadAttention, RMSNorm, layer_jacobian, layer_lipschitz
 from lipattn.softmax import softmax
 
 D, DH, H, HKV, N = 8, 4, 4, 2, 5
@@ -45,14 +45,13 @@ def _loop_forward(a, X):
 
 
 def _dense(a, X, fd=False):
-    st, cols = a.forward(X)[1], []
+    """The dense Jacobian: layer_jacobian, or central differences of the forward pass."""
+    if not fd:
+        return layer_jacobian(a, X)
+    h, cols = 1e-6, []
     for E in np.eye(X.size):
         E = E.reshape(X.shape)
-        if fd:
-            h = 1e-6
-            cols.append(((a.forward(X + h * E)[0] - a.forward(X - h * E)[0]) / (2 * h)).ravel())
-        else:
-            cols.append(a.jvp(st, E).ravel())
+        cols.append(((a.forward(X + h * E)[0] - a.forward(X - h * E)[0]) / (2 * h)).ravel())
     return np.stack(cols, axis=1)
 
 
@@ -109,3 +108,15 @@ def test_kv_group_refuses_a_bad_index_by_name():
         a.kv_group(HKV)
     with pytest.raises((TypeError, ValueError), match="j"):
         a.kv_group(-1)
+
+
+def test_layer_jacobian_norm_is_the_exact_constant_and_refuses_by_name():
+    a = _layer(seed=8, mask="causal", rope_theta=1e4)
+    X = np.random.default_rng(9).standard_normal((N, D))
+    J = layer_jacobian(a, X)
+    assert J.shape == (N * D, N * D)
+    assert abs(np.linalg.norm(J, 2) - layer_lipschitz(a, X).value) < 1e-9
+    with pytest.raises(ValueError, match="max_entries"):
+        layer_jacobian(a, X, max_entries=10)
+    with pytest.raises(TypeError, match="layer must have forward, jvp and vjp"):
+        layer_jacobian(object(), X)
