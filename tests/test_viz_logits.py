@@ -134,3 +134,23 @@ def test_head_bounds_refuse_a_qk_normed_model():
     model = train_reversal("pre", 3e-2, 0, 0, qk_norm=True, **kw).run(0)
     with pytest.raises(ValueError, match="model"):
         lg.head_bounds(model, np.array([[0, 1, 2, 3]]))
+
+
+def test_longer_runs_continue_the_same_runs_and_refuse_by_name():
+    lr = {False: 0.03, True: 0.03}
+    out = lg.longer_runs(lr, (0, 1), (0, 5), steps=20, at=(10, 20))
+    assert out["at"].tolist() == [10, 20]
+    kw = {k: v for k, v in lg.TRAIN.items() if k not in ("steps", "keep_at", "logit_every")}
+    for qk in (False, True):
+        a = out[qk]
+        assert a["loss"].shape == (2, 2, 2) and a["max_logit"].shape == (2, 2)
+        assert np.all(np.isfinite(a["loss"]))
+        one = train_reversal("pre", 0.03, 0, 1, qk_norm=qk, steps=20, **kw)   # a run alone
+        assert np.allclose(a["loss"][0, 1], [one.loss[0, :10].mean(), one.loss[0, 10:].mean()],
+                           rtol=1e-5)
+        assert not np.allclose(a["loss"][0, :, 0], a["loss"][1, :, 0])   # warm-up changes it
+    assert np.all(out[True]["max_logit"] <= np.sqrt(lg.TRAIN["d"] // lg.TRAIN["heads"]))
+    with pytest.raises(TypeError, match="lr must be a dict"):
+        lg.longer_runs({"qk": 0.1})
+    with pytest.raises(ValueError, match="at"):
+        lg.longer_runs(lr, (0,), (0,), steps=20, at=(30,))

@@ -11,7 +11,7 @@ from lipattn import l2attention
 from lipattn import lipschitz as lip
 from lipattn.book.explorers import get_explorer
 from lipattn.book.viz import real
-from lipattn.layers import MultiHeadAttention
+from lipattn.layers import MultiHeadAttention, layer_jacobian
 
 
 def dense_jacobian(f, X, h=1e-6):
@@ -96,3 +96,17 @@ def test_explorer_shows_the_highlighted_variant():
     assert "QK-RMSNorm" in ex._title.get_text()
     data = real._explorer_data()["two-sided"]
     assert data["qknorm"][-1] > data["standard"][-1] > data["l2"][-1]
+
+
+def test_gqa_bounds_obey_the_theorem_and_mqa_is_one_group():
+    out = real.gqa_bounds((4, 1), (0, 1), d=16, n_head=4, N=5)
+    exact, per_head, grouped = out[..., 0], out[..., 1], out[..., 2]
+    assert np.all(exact <= grouped * (1 + 1e-6)) and np.all(grouped <= per_head * (1 + 1e-6))
+    assert np.allclose(out[0, :, 1], out[0, :, 2], rtol=1e-6)       # h_kv = h: groups = heads
+    assert np.allclose(out[1, :, 0], out[1, :, 2], rtol=1e-6)       # MQA: one group, the layer
+    attn, X = real.gqa_attention(2, d=16, n_head=4, N=5)
+    assert attn.n_kv_head == 2 and X.shape == (5, 16)
+    f = lambda Y: attn.forward(Y)[0]                                  # noqa: E731
+    assert np.allclose(layer_jacobian(attn, X), dense_jacobian(f, X), atol=1e-7)
+    with pytest.raises(ValueError, match="n_kv_head must divide n_head"):
+        real.gqa_attention(3, d=16, n_head=4)

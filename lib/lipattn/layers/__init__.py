@@ -39,13 +39,24 @@ from .attention import (
     attention_logits,
     softmax_jvp,
 )
-from .base import Layer, Residual, Sequential, layer_lipschitz, linear, linear_t, reduce_to, wgrad
+from .base import (
+    Layer,
+    Residual,
+    Sequential,
+    layer_jacobian,
+    layer_lipschitz,
+    linear,
+    linear_t,
+    reduce_to,
+    wgrad,
+)
 from .embedding import CausalLM, cross_entropy
 from .mlp import MLP, GatedMLP
 from .norms import LayerNorm, RMSNorm
 from .rope import rope, rope_inv_freq, rope_tables, rope_transpose
 
-__all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "MultiHeadAttention",
+__all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "layer_jacobian",
+           "MultiHeadAttention",
            "attention_core", "attention_core_jvp", "attention_core_vjp", "attention_logits",
            "CoreState", "AttentionState", "linear", "linear_t", "reduce_to", "wgrad",
            "softmax_jvp", "LayerNorm", "RMSNorm", "MLP", "GatedMLP", "ACTIVATIONS", "relu",

@@ -515,6 +515,54 @@ class MultiHeadAttention:
             dX = dX + linear_t(dZ, getattr(self, f"W_{k}"))
         return dX, {k: grads[k] for k in self.params}
 
+    def _like(self, W_Q, W_K, W_V, W_O, n_head, n_kv_head, b_Q, b_K, b_V, b_O):
+        """A layer with these weights and heads and every other option of this one."""
+        return MultiHeadAttention(
+            W_Q, W_K, W_V, W_O, n_head=n_head, n_kv_head=n_kv_head, b_Q=b_Q, b_K=b_K,
+            b_V=b_V, b_O=b_O, mask=self.mask, rope_theta=self.rope_theta, q_norm=self.q_norm,
+            k_norm=self.k_norm, scale=self.scale, softcap=self.softcap,
+            rope_scaling=self.rope_scaling)
+
+    def expand_kv(self) -> MultiHeadAttention:
+        r"""The same map as a layer with one key/value head per query head.
+
+        Query head i's key and value head :math:`\kappa(i) = \lfloor i\,h_{kv}/h\rfloor`
+        is copied into slot i (Hugging Face's ``repeat_kv`` on the weights): the
+        columns of ``W_K``, ``W_V`` (and ``b_K``, ``b_V``) of head :math:`\kappa(i)`
+        become those of head i, so the result has ``n_kv_head = n_head`` and the same
+        output, Jacobian and options for every X. A layer without grouping is
+        returned as an equal copy.
+        """
+        rep = self.n_head // self.n_kv_head
+        def rep_cols(Z, w):                      # (..., h_kv * w) -> (..., h * w)
+            if Z is None:
+                return None
+            Z = Z.reshape(*Z.shape[:-1], self.n_kv_head, 1, w)
+            Z = np.broadcast_to(Z, (*Z.shape[:-2], rep, w))
+            return Z.reshape(*Z.shape[:-3], self.n_head * w)
+        dh, dv = self.head_dim, self.value_dim
+        return self._like(self.W_Q, rep_cols(self.W_K, dh), rep_cols(self.W_V, dv), self.W_O,
+                          self.n_head, self.n_head, self.b_Q, rep_cols(self.b_K, dh),
+                          rep_cols(self.b_V, dv), self.b_O)
+
+    def kv_group(self, j: int) -> MultiHeadAttention:
+        """The query heads that share key/value head ``j``, with their rows of W_O, no b_O.
+
+        A layer with ``n_head / n_kv_head`` query heads and one key/value head;
+        its output, summed over j, plus b_O, is this layer's output.
+        """
+        j = as_int_at_least(j, "j", 0)
+        if j >= self.n_kv_head:
+            raise ValueError(f"j must be a key/value head in [0, {self.n_kv_head}); got {j}")
+        rep, dh, dv = self.n_head // self.n_kv_head, self.head_dim, self.value_dim
+        cols = lambda W, k, w: None if W is None else W[..., k * w:(k + 1) * w]  # noqa: E731
+        q = slice(j * rep * dh, (j + 1) * rep * dh)
+        return self._like(
+            self.W_Q[..., q], cols(self.W_K, j, dh), cols(self.W_V, j, dv),
+            None if self.W_O is None else self.W_O[..., j * rep * dv:(j + 1) * rep * dv, :],
+            rep, 1, None if self.b_Q is None else self.b_Q[..., q], cols(self.b_K, j, dh),
+            cols(self.b_V, j, dv), None)
+
     def head(self, i: int) -> MultiHeadAttention:
         """Query head ``i`` alone (with its key/value head and its rows of W_O), no b_O.
 

@@ -20,7 +20,9 @@ Products are closed forms, exact up to rounding; they never form a Jacobian
 and cost about one forward pass each (the forward state is computed once).
 :func:`layer_lipschitz` is the exact local Lipschitz constant
 :math:`\|Df(X)\|_2` of any layer (Frobenius norms), by
-:func:`lipattn.jacobian_norm`. ``vec`` is row-major throughout.
+:func:`lipattn.jacobian_norm`; :func:`layer_jacobian` is the dense Jacobian
+(one jvp per input coordinate), for small layers and independent checks.
+``vec`` is row-major throughout.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._validate import as_real_array
+from .._validate import as_count, as_real_array
 from ..lanczos import LipschitzEstimate, jacobian_norm
 
-__all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "linear", "linear_t", "reduce_to",
-           "wgrad"]
+__all__ = ["Layer", "Sequential", "Residual", "layer_lipschitz", "layer_jacobian", "linear",
+           "linear_t", "reduce_to", "wgrad"]
 
 
 def weight(W: Any, name: str, shape: tuple) -> np.ndarray:
@@ -201,6 +203,43 @@ class Residual:
         return G + dX, grads
 
 
+def _check_layer(layer: Any) -> None:
+    for method in ("forward", "jvp", "vjp"):
+        if not callable(getattr(layer, method, None)):
+            raise TypeError(f"layer must have forward, jvp and vjp methods; got "
+                            f"{type(layer).__name__} without {method}")
+
+
+def layer_jacobian(layer: Any, X: np.ndarray, *, max_entries: int = 10**7) -> np.ndarray:
+    r"""The dense Jacobian :math:`Df(X)` of a layer, row-major ``vec`` on both sides.
+
+    Column k is ``layer.jvp(state, E_k)`` for the k-th coordinate matrix
+    :math:`E_k` of X's shape (exact up to rounding; no differencing), so its
+    spectral norm is :func:`layer_lipschitz`'s value computed another way.
+
+    Parameters
+    ----------
+    layer : a layer (``forward``, ``jvp``, ``vjp``)
+    X : array_like, shape (N, d)
+        Finite.
+    max_entries : int, default 1e7
+        Refuse Jacobians with more entries (memory).
+
+    Returns
+    -------
+    J : ndarray, shape (N * d_out, N * d)
+    """
+    _check_layer(layer)
+    max_entries = as_count(max_entries, "max_entries")
+    X = weight(X, "X", (None, None))
+    Y, state = layer.forward(X)
+    if X.size * Y.size > max_entries:
+        raise ValueError(f"the Jacobian would have {X.size * Y.size} entries, more than "
+                         f"max_entries = {max_entries}; got X of shape {X.shape}")
+    eye = np.eye(X.size, dtype=Y.dtype)
+    return np.stack([layer.jvp(state, e.reshape(X.shape)).ravel() for e in eye], axis=1)
+
+
 def layer_lipschitz(layer: Any, X: np.ndarray, *, tol: float = 1e-10,
                     seed: int = 0) -> LipschitzEstimate:
     r"""The exact local Lipschitz constant :math:`\|Df(X)\|_2` of a layer at X.
@@ -221,10 +260,7 @@ def layer_lipschitz(layer: Any, X: np.ndarray, *, tol: float = 1e-10,
     -------
     LipschitzEstimate
     """
-    for method in ("forward", "jvp", "vjp"):
-        if not callable(getattr(layer, method, None)):
-            raise TypeError(f"layer must have forward, jvp and vjp methods; got "
-                            f"{type(layer).__name__} without {method}")
+    _check_layer(layer)
     X = weight(X, "X", (None, None))
     Y, state = layer.forward(X)
     dtype = Y.dtype

@@ -31,14 +31,18 @@ from .. import plotting
 from .._check import as_reals, as_result, as_tokens
 from .real import head_constants
 
-__all__ = ["SWEEP", "TRAIN", "logit_sweep", "attention_constants", "head_bounds", "summary",
-           "fig_logit_sweep"]
+__all__ = ["SWEEP", "TRAIN", "LONGER", "logit_sweep", "longer_runs", "attention_constants",
+           "head_bounds", "summary", "fig_logit_sweep"]
 
 #: The grid: peak learning rates (constant, no warm-up) x seeds.
 SWEEP = {"lrs": (3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0), "seeds": (0, 1, 2, 3)}
 #: The runs' sizes and what they record (keyword arguments of ``train_reversal``).
 TRAIN = {"layers": 2, "d": 32, "heads": 4, "vocab": 16, "n_tokens": 8, "batch": 8,
          "steps": 200, "logit_every": 10, "keep_at": (0, 25, 200)}
+#: The longer-budget runs: one learning rate per arm (QK-norm off, on), seeds,
+#: warm-up lengths, steps, and the steps at which the final loss is read.
+LONGER = {"lr": {False: 0.1, True: 1.0}, "seeds": tuple(range(8)), "warmups": (0, 100),
+          "steps": 600, "at": (200, 600)}
 #: Sequences of the fixed batch at which the constants are taken, and its seed.
 PROBE = {"batch": 2, "seed": 12345}
 
@@ -218,6 +222,62 @@ def _logit_sweep(lrs: tuple[float, ...], seeds: tuple[int, ...], steps: int) -> 
             hb = np.array([head_bounds(res.run(i, at=kw["keep_at"][-1]), tokens)
                            for i in range(lr.size)])
             out[qk]["heads"] = hb.reshape(*shape, *hb.shape[1:])
+    return out
+
+
+def longer_runs(lr: dict = LONGER["lr"], seeds: tuple = LONGER["seeds"],
+                warmups: tuple = LONGER["warmups"], steps: int = LONGER["steps"],
+                at: tuple = LONGER["at"]) -> dict:
+    """The sweep's runs at a longer step budget and with a linear warm-up (cached).
+
+    For each arm ``qk`` in ``lr`` (False: no QK-norm, True: unit-gain QK-LayerNorm),
+    the runs of :data:`TRAIN`'s model and task at the learning rate ``lr[qk]``,
+    every seed and every warm-up length (:func:`lipattn.models.training.train_reversal`,
+    constant learning rate after the warm-up; warm-up 0 and the same seed give
+    the run of :func:`logit_sweep` continued). Runs with the same seed share
+    their initialisation and batches, within and across arms.
+
+    Returns
+    -------
+    dict
+        ``"at"`` (the steps), and per arm ``False``/``True`` a dict of
+        ``"loss"`` (n_warm, n_seed, len(at)): mean loss of the 10 steps up to each
+        step of ``at``, nats; ``"max_logit"`` (n_warm, n_seed): the largest
+        attention logit over layers and the recorded steps (every 50).
+    """
+    if not isinstance(lr, dict) or not lr or not set(lr) <= {False, True}:
+        raise TypeError(f"lr must be a dict from False/True (QK-norm off/on) to a learning "
+                        f"rate; got {lr!r}")
+    lrs = {bool(k): float(as_reals((v,), f"lr[{k}]", positive=True, maximum=1.0)[0])
+           for k, v in lr.items()}
+    if not isinstance(seeds, (tuple, list, range)) or not seeds:
+        raise TypeError(f"seeds must be a non-empty tuple of seeds; got {seeds!r}")
+    seeds = tuple(as_seed(v, "each entry of seeds") for v in seeds)
+    steps = as_count(steps, "steps", maximum=10**4)
+    if not isinstance(warmups, (tuple, list)) or not warmups:
+        raise TypeError(f"warmups must be a non-empty tuple of step counts; got {warmups!r}")
+    warmups = tuple(as_count(w, "each entry of warmups", 0, steps) for w in warmups)
+    if not isinstance(at, (tuple, list)) or not at:
+        raise TypeError(f"at must be a non-empty tuple of steps; got {at!r}")
+    at = tuple(as_count(t, "each entry of at", 10, steps) for t in at)
+    if len(lrs) * len(seeds) * len(warmups) > 100:
+        raise ValueError("lr, seeds and warmups must make at most 100 runs per call")
+    return _longer_runs(tuple(sorted(lrs.items())), seeds, warmups, steps, at)
+
+
+@lru_cache(maxsize=2, typed=True)
+@single_threaded
+def _longer_runs(lrs: tuple, seeds: tuple, warmups: tuple, steps: int, at: tuple) -> dict:
+    kw = {k: v for k, v in TRAIN.items() if k not in ("steps", "keep_at", "logit_every")}
+    wu = np.repeat(np.asarray(warmups), len(seeds))
+    sd = np.tile(np.asarray(seeds), len(warmups))
+    out = {"at": np.asarray(at)}
+    for qk, lr in lrs:
+        res = train_reversal("pre", lr, wu, sd, qk_norm=qk, steps=steps, logit_every=50, **kw)
+        loss = np.stack([res.loss[:, t - 10:t].mean(axis=1) for t in at], axis=1)
+        out[qk] = {"loss": loss.reshape(len(warmups), len(seeds), len(at)),
+                   "max_logit": res.max_logit.max(axis=(1, 2)).reshape(len(warmups),
+                                                                      len(seeds))}
     return out
 
 

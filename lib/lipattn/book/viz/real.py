@@ -27,7 +27,7 @@ from .. import plotting
 from .._check import as_counts, as_reals, as_result
 from ..widgets import Explorer, Slider
 
-__all__ = ["random_model", "branch_constants", "head_constants",
+__all__ = ["random_model", "branch_constants", "head_constants", "gqa_attention", "gqa_bounds",
            "depth_profile", "fig_depth", "VARIANTS", "variant_layer", "variant_constant",
            "scale_curves", "fig_variants", "StabiliserExplorer"]
 
@@ -96,6 +96,59 @@ def head_constants(attn: MultiHeadAttention, X: np.ndarray, *, tol: float = 1e-8
     exact = layer_lipschitz(attn, X, tol=tol).value
     return {"L_h": L_h, "c_h": c_h, "exact": exact, "sum": float(L_h.sum()),
             "sqrt_form": float(np.linalg.norm(attn.W_O, 2) * np.sqrt(np.sum(c_h ** 2)))}
+
+
+def gqa_attention(n_kv_head: int, *, d: int = 64, n_head: int = 8, N: int = 8,
+                  seed: int = 0) -> tuple[MultiHeadAttention, np.ndarray]:
+    """The attention layer of a random one-block Llama with ``n_kv_head`` key/value heads.
+
+    Built by :class:`lipattn.models.Llama` from :func:`lipattn.models.random_state_dict`
+    (Hugging Face's Llama initialisation, RoPE :math:`\\theta = 10^4`, causal mask),
+    and its input :math:`\\mathrm{RMSNorm}_1(H)` at the embedded tokens ``arange(N)``.
+    Returns ``(attn, X)``.
+    """
+    d, N = as_count(d, "d", maximum=4096), as_count(N, "N", maximum=10**4)
+    n_head = as_count(n_head, "n_head", maximum=d)
+    n_kv_head, seed = as_count(n_kv_head, "n_kv_head", maximum=n_head), as_seed(seed)
+    if d % n_head or n_head % n_kv_head:
+        raise ValueError(f"n_head must divide d and n_kv_head must divide n_head; got d = {d}, "
+                         f"n_head = {n_head}, n_kv_head = {n_kv_head}")
+    model = Llama.from_state_dict(random_state_dict("llama", 1, d, n_head, n_kv_head=n_kv_head,
+                                                    vocab=max(64, N), seed=seed),
+                                  n_head=n_head, n_kv_head=n_kv_head)
+    block = model.blocks[0]
+    return block.attn, block.norm_1.forward(model.embed(np.arange(N)))[0]
+
+
+@single_threaded
+def gqa_bounds(n_kv_heads, seeds, *, d: int = 64, n_head: int = 8, N: int = 8,
+               tol: float = 1e-8) -> np.ndarray:
+    """The heads theorem's sum bound and its grouped form against the exact constant.
+
+    For each ``n_kv_head`` and seed, the layer of :func:`gqa_attention`; every constant
+    exact up to the relative tolerance ``tol`` (:func:`lipattn.layers.layer_lipschitz`).
+
+    Returns
+    -------
+    ndarray, shape (len(n_kv_heads), len(seeds), 3)
+        ``[..., 0]`` the exact constant, ``[..., 1]`` the sum over query heads of
+        the constants of :meth:`~lipattn.layers.MultiHeadAttention.head`, ``[..., 2]``
+        the sum over key/value heads of those of
+        :meth:`~lipattn.layers.MultiHeadAttention.kv_group`.
+    """
+    n_head = as_count(n_head, "n_head", maximum=4096)
+    kvs = as_counts(n_kv_heads, "n_kv_heads", maximum=n_head)
+    sds = as_counts(seeds, "seeds", minimum=0)
+    tol = as_tol(tol)
+    out = np.zeros((len(kvs), len(sds), 3))
+    for a_, kv in enumerate(kvs):
+        for b_, s in enumerate(sds):
+            attn, X = gqa_attention(kv, d=d, n_head=n_head, N=N, seed=s)
+            parts = ([attn], [attn.head(i) for i in range(attn.n_head)],
+                     [attn.kv_group(j) for j in range(kv)])
+            out[a_, b_] = [sum(layer_lipschitz(lay, X, tol=tol).value for lay in p)
+                           for p in parts]
+    return out
 
 
 @single_threaded
