@@ -37,7 +37,7 @@ from ..models import GPT2, random_state_dict
 from ..training import train_stack
 from .corpus import LICENCE, SOURCE, stdlib_corpus, unigram_entropy
 
-__all__ = ["build", "heldout_windows", "heldout_bits", "main"]
+__all__ = ["build", "heldout_windows", "heldout_bits", "train", "main"]
 
 LN2 = math.log(2.0)
 
@@ -86,6 +86,11 @@ def heldout_bits(lm: CausalLM, windows: np.ndarray, batch: int = 16) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    """The command line: :func:`train`'s ``training.json`` dictionary."""
+    return train(argv)[1]
+
+
+def train(argv: list[str] | None = None) -> tuple[GPT2, dict]:
     """Train, evaluate on held-out text every ``--eval-every`` steps, write the checkpoint.
 
     With ``--out DIR``: ``DIR/config.json``, ``DIR/model.safetensors``,
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
     ``DIR/training.json`` (arguments, git commit, per-step training bits/byte,
     gradient norm and learning rate, the held-out curve as (step, bits/byte)
     pairs, wall s/step and tokens/s of the training steps alone, without the
-    evaluations and checkpoints). Returns the same dictionary as ``training.json``.
+    evaluations and checkpoints). Returns the trained model (float32, its attention
+    in training mode: ``keep_float32``) and the dictionary of ``training.json``.
     """
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.bytelm", description=__doc__)
     ap.add_argument("--layers", type=int, default=4)
@@ -194,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
         m.save_pretrained(a.out)
         (Path(a.out) / "heldout.txt").write_bytes(heldout[: a.heldout_bytes])
         (Path(a.out) / "training.json").write_text(json.dumps(result) + "\n")
-    return result
+    return m, result
 
 
 if __name__ == "__main__":
