@@ -74,3 +74,27 @@ def test_checkpoints_are_gpt2_layout_and_load_to_the_same_logits(short_run):
     assert np.array_equal(lm(back).forward(tokens)[0], ours)
     w = bytelm.heldout_windows(heldout, 32, 32)
     assert bytelm.heldout_bits(lm(back), w) == r["heldout_curve"][-1][1]
+
+
+def test_the_shipped_checkpoint_reproduces_its_heldout_number():
+    """lib/lipattn/book/data/bytelm-stdlib loads with lipattn.models.load and, on the run's
+    own evaluation windows, gives the held-out bits/byte that training.json records (up
+    to the BLAS kernel's float32 rounding), below 0.7 x the unigram entropy."""
+    from importlib.resources import files
+
+    d = files("lipattn.book") / "data" / "bytelm-stdlib"
+    r = json.loads((d / "training.json").read_text())
+    a = r["args"]
+    assert set(read_header(d / "model.safetensors")[0]) - {"__metadata__"} >= {
+        "transformer.wte.weight", "transformer.h.3.attn.c_attn.weight"}
+    m = load(d, dtype=np.float32)
+    for b in m.blocks:
+        b.attn.keep_float32 = True
+    wte, wpe = (np.asarray(x, dtype=np.float32) for x in (m.wte, m.wpe))
+    lm = bytelm.CausalLM(wte, wpe, bytelm.Sequential(list(m.blocks) + [m.final]))
+    _, heldout = bytelm.stdlib_corpus()
+    assert (d / "heldout.txt").read_bytes() == heldout[:32768]
+    w = bytelm.heldout_windows(heldout, int(a["context"]), int(a["eval_windows"]))
+    bits = bytelm.heldout_bits(lm, w)
+    assert bits == pytest.approx(r["heldout_curve"][-1][1], abs=1e-4)
+    assert bits < 0.7 * r["unigram_bits"]
