@@ -322,6 +322,17 @@ def test_train_stack_defaults_are_bit_identical_to_plain_adam():
 def test_adam_rejects_bad_schedule_arguments_by_name(kw, name):
     with pytest.raises(ValueError, match=name):
         training.Adam({"w": np.zeros((2, 2))}, 0.1, **kw)
+    if name != "clip" and name != "weight_decay":
+        with pytest.raises(ValueError, match=name):
+            training.learning_rate(0, 0.1, **kw)
+
+
+def test_learning_rate_rejects_bad_steps_by_name():
+    for t, name in ((-1, "t"), (1.5, "t"), (True, "t")):
+        with pytest.raises((ValueError, TypeError), match=name):
+            training.learning_rate(t, 0.1)
+    with pytest.raises(ValueError, match="lr"):
+        training.learning_rate(0, 0.0)
 
 
 def test_train_stack_hands_out_its_optimizer():

@@ -171,8 +171,19 @@ def learning_rate(t: int, lr: float, warmup: int = 0, *, schedule: str = "consta
     :math:`\eta_{\min}` at the last step :math:`T - 1`), and :math:`\eta_t = \eta`
     for :math:`t \ge w` with ``"constant"`` (``warmup = 0``: no warm-up). The
     constant schedule is the expression :class:`Adam` has always used (bit for bit).
-    Exact in float64. Not validated (:class:`Adam` validates).
+    Exact in float64. ``t``, ``warmup`` are ints >= 0, ``lr`` in (0, 1], ``min_lr`` in
+    [0, lr], ``steps`` an int >= 1 (needed by ``"cosine"``); else a ValueError or
+    TypeError naming the argument.
     """
+    t = as_count(t, "t", 0)
+    lr = as_float_in(lr, "lr", 0.0, 1.0, lo_open=True)
+    warmup = as_count(warmup, "warmup", 0)
+    as_choice(schedule, "schedule", SCHEDULES)
+    min_lr = as_float_in(min_lr, "min_lr", 0.0, lr)
+    if steps is None and schedule == "cosine":
+        raise ValueError("steps must be the run's number of steps for schedule='cosine'; "
+                         "got None")
+    steps = None if steps is None else as_count(steps, "steps", 1)
     if t < warmup:
         return lr * ((t + 1) / warmup)
     if schedule == "constant":
