@@ -156,3 +156,17 @@ def test_a_bad_softcap_is_refused_by_name(bad, error):
                  lambda: attention_logits(Q, K, softcap=bad)):
         with pytest.raises(error, match="^softcap must be a finite positive real number"):
             call()
+
+
+def test_keep_float32_is_float32_rounding_of_the_same_attention():
+    """The float32 softmax of float32 heads agrees with the default (float64 softmax,
+    rounded) to single precision, and float64 heads are unchanged bit for bit."""
+    Q, K, V, mask = problem()
+    out64 = attention_core(Q, K, V, mask=mask)[0]
+    assert np.array_equal(attention_core(Q, K, V, mask=mask, keep_float32=True)[0], out64)
+    f = [a.astype(np.float32) for a in (Q, K, V)]
+    fast, st = attention_core(*f, mask=mask, keep_float32=True)
+    slow = attention_core(*f, mask=mask)[0]
+    assert fast.dtype == st.P.dtype == np.float32
+    np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fast, loop_reference(Q, K, V, mask), rtol=1e-4, atol=1e-5)

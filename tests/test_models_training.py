@@ -3,6 +3,8 @@ intervention hook (the rest of train_reversal is tested in test_prenorm.py)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -238,3 +240,138 @@ def test_radam_rectification_matches_the_ema_as_a_simple_moving_average():
             training.radam_rectification(3, bad)
     with pytest.raises((ValueError, TypeError), match="steps"):
         training.radam_rectification(0)
+
+
+# -- the schedule, decoupled weight decay and clipping ------------------------
+def test_learning_rate_is_the_closed_form_warm_up_then_cosine():
+    lr, lo, w, T = 3e-3, 3e-4, 10, 111
+    rates = np.array([training.learning_rate(t, lr, w, schedule="cosine", steps=T, min_lr=lo)
+                      for t in range(T + 5)])
+    t = np.arange(T + 5)
+    u = np.clip((t - w) / (T - 1 - w), 0, 1)
+    closed = np.where(t < w, lr * (t + 1) / w, lo + (lr - lo) * (1 + np.cos(np.pi * u)) / 2)
+    np.testing.assert_allclose(rates, closed, rtol=1e-15, atol=0)
+    assert rates[w - 1] == rates[w] == lr and rates[T - 1] == lo  # the peak, then the floor
+    assert np.all(np.diff(rates[w:T]) < 0) and np.all(rates[T:] == lo)
+    # half-way through the decay the rate is the mean of peak and floor
+    mid = training.learning_rate(w + (T - 1 - w) // 2, lr, w, schedule="cosine", steps=T,
+                                 min_lr=lo)
+    assert mid == pytest.approx((lr + lo) / 2, rel=1e-12)
+    # "constant" is the rule Adam always had, bit for bit
+    for warm in (0, 7):
+        for s in range(20):
+            old = lr * (min(1.0, (s + 1) / warm) if warm else 1.0)
+            assert training.learning_rate(s, lr, warm) == old
+
+
+def _adamw_reference(p, grads, *, lr, warmup, steps, min_lr, wd, clip, b1=0.9, b2=0.98):
+    """AdamW with bias correction, a cosine schedule and global-norm clipping, written
+    out as a plain loop over steps and parameters in float64 (decay for >= 2 axes)."""
+    p = {k: np.array(v, dtype=float) for k, v in p.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v2 = {k: np.zeros_like(v) for k, v in p.items()}
+    for t, g in enumerate(grads):
+        if t < warmup:
+            rate = lr * (t + 1) / warmup
+        else:
+            u = min(1.0, (t - warmup) / max(1, steps - 1 - warmup))
+            rate = min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * u))
+        norm = math.sqrt(sum(float(np.sum(x * x)) for x in g.values()))
+        c = clip / norm if clip is not None and norm > clip else 1.0
+        for k in p:
+            gk = g[k] * c
+            if p[k].ndim >= 2:
+                p[k] = p[k] - rate * wd * p[k]
+            m[k] = b1 * m[k] + (1 - b1) * gk
+            v2[k] = b2 * v2[k] + (1 - b2) * gk * gk
+            p[k] = p[k] - rate * (m[k] / (1 - b1 ** (t + 1))) / (
+                np.sqrt(v2[k] / (1 - b2 ** (t + 1))) + 1e-9)
+    return p
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_adamw_matches_a_plain_loop(clip):
+    rng = np.random.default_rng(1)
+    p = {"W": rng.standard_normal((4, 3)), "b": rng.standard_normal(3),
+         "E": rng.standard_normal((2, 2, 3))}
+    start = {k: v.copy() for k, v in p.items()}
+    grads = [{k: rng.standard_normal(v.shape) for k, v in p.items()} for _ in range(12)]
+    kw = {"lr": 0.05, "warmup": 3, "steps": 12, "min_lr": 0.005}
+    opt = training.Adam(p, kw["lr"], warmup=3, schedule="cosine", steps=12, min_lr=0.005,
+                        weight_decay=0.3, clip=clip)
+    norms = []
+    for g in grads:
+        opt.step(g)
+        norms.append(opt.grad_norm)
+    ref = _adamw_reference(start, grads, wd=0.3, clip=clip, **kw)
+    for k in p:
+        np.testing.assert_allclose(p[k], ref[k], rtol=1e-12, atol=1e-14, err_msg=k)
+    np.testing.assert_allclose(norms, [math.sqrt(sum(np.sum(x * x) for x in g.values()))
+                                       for g in grads], rtol=1e-13)
+    if clip is not None:
+        assert max(norms) > clip  # the clip acted
+    # the decay touches the matrices only: a zero gradient leaves b unchanged, W shrinks
+    q = {"W": np.ones((2, 2)), "b": np.ones(2)}
+    opt = training.Adam(q, 0.1, weight_decay=0.5)
+    opt.step({"W": np.zeros((2, 2)), "b": np.zeros(2)})
+    assert np.all(q["b"] == 1) and np.allclose(q["W"], 1 - 0.1 * 0.5)
+
+
+def test_train_stack_defaults_are_bit_identical_to_plain_adam():
+    """schedule/min_lr/weight_decay/clip at their defaults change no bit: the same
+    run with the arguments spelled out, and Adam's old rate expression."""
+    from lipattn.layers import LayerNorm, Sequential
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((3, 4, 6)).astype(np.float32)
+
+    def run(**kw):
+        params = encoder.init_params(1, 6, heads=2, seed=2)
+        layers = encoder.as_layers(params, "pre")
+        stack = Sequential([layers, LayerNorm(np.ones(6, np.float32), np.zeros(6, np.float32),
+                                              1e-5)])
+        losses = training.train_stack(stack, lambda t: (X, None),
+                                      lambda Y, _: (float(np.sum(Y ** 2)), 2 * Y), steps=6,
+                                      lr=1e-2, warmup=2, **kw)
+        return losses, {k: v.copy() for k, v in stack.params.items()}
+
+    a, pa = run()
+    b, pb = run(schedule="constant", min_lr=0.0, weight_decay=0.0, clip=None)
+    assert np.array_equal(a, b) and all(np.array_equal(pa[k], pb[k]) for k in pa)
+
+
+@pytest.mark.parametrize("kw, name", [
+    ({"schedule": "linear"}, "schedule"), ({"schedule": "cosine"}, "steps"),
+    ({"min_lr": 0.2}, "min_lr"), ({"min_lr": -1e-3}, "min_lr"),
+    ({"weight_decay": -0.1}, "weight_decay"), ({"weight_decay": 11.0}, "weight_decay"),
+    ({"clip": 0.0}, "clip"), ({"clip": float("inf")}, "clip"), ({"steps": 0}, "steps")])
+def test_adam_rejects_bad_schedule_arguments_by_name(kw, name):
+    with pytest.raises(ValueError, match=name):
+        training.Adam({"w": np.zeros((2, 2))}, 0.1, **kw)
+    if name != "clip" and name != "weight_decay":
+        with pytest.raises(ValueError, match=name):
+            training.learning_rate(0, 0.1, **kw)
+
+
+def test_learning_rate_rejects_bad_steps_by_name():
+    for t, name in ((-1, "t"), (1.5, "t"), (True, "t")):
+        with pytest.raises((ValueError, TypeError), match=name):
+            training.learning_rate(t, 0.1)
+    with pytest.raises(ValueError, match="lr"):
+        training.learning_rate(0, 0.0)
+
+
+def test_train_stack_hands_out_its_optimizer():
+    from lipattn.layers import LayerNorm
+
+    ln = LayerNorm(np.ones(3), np.zeros(3), 1e-5)
+    X = np.random.default_rng(0).standard_normal((2, 4, 3))
+    opt, rates = [], []
+    training.train_stack(ln, lambda t: (X, None), lambda Y, _: (float((Y ** 2).sum()), 2 * Y),
+                         steps=5, lr=1e-2, warmup=2, schedule="cosine", min_lr=1e-3,
+                         callback=lambda t, v: rates.append(opt[0].rate), optimizer=opt)
+    assert rates == [training.learning_rate(t, 1e-2, 2, schedule="cosine", steps=5,
+                                            min_lr=1e-3) for t in range(5)]
+    with pytest.raises(TypeError, match="optimizer"):
+        training.train_stack(ln, lambda t: (X, None), lambda Y, _: (0.0, Y), steps=1, lr=1e-2,
+                             optimizer=())

@@ -660,3 +660,36 @@ def test_jacobian_beyond_float64_raises_overflow_error():
     assert softmax_jacobian(z, temperature=1e-300)[0, 0] == pytest.approx(0.25e300, rel=1e-15)
     assert float(softmax_jacobian_norm(z, temperature=1e-300)) == pytest.approx(0.5e300,
                                                                               rel=1e-15)
+
+
+# -- keep_float32: the float32 fast path for training float32 models ----------
+def test_keep_float32_computes_float32_softmax_to_single_precision():
+    rng = np.random.default_rng(3)
+    z = (rng.standard_normal((6, 40)) * 20).astype(np.float32)
+    z[2, 5:] = -np.inf                                       # a masked row tail
+    p32 = softmax(z, keep_float32=True)
+    assert p32.dtype == np.float32 and np.all(p32[2, 5:] == 0)
+    p64 = softmax(z)                                         # float64 of the same logits
+    np.testing.assert_allclose(p32, p64, rtol=2e-5, atol=1e-30)
+    np.testing.assert_allclose(p32.sum(axis=-1), 1, rtol=1e-6)
+    # the same code path on float32 data: exp of clipped, scaled differences
+    d = np.maximum(0.5 * z - (0.5 * z).max(-1, keepdims=True), np.float32(-400)) * 2
+    with np.errstate(under="ignore"):
+        w = np.exp(d)
+    assert np.array_equal(p32, w / w.sum(-1, keepdims=True))
+
+
+def test_keep_float32_leaves_every_other_input_in_float64_bit_for_bit():
+    rng = np.random.default_rng(4)
+    z = rng.standard_normal((5, 9)) * 1e3
+    for kw in ({"axis": 0}, {"temperature": 0.01}, {}):
+        assert np.array_equal(softmax(z, keep_float32=True, **kw), softmax(z, **kw))
+        assert softmax(z, keep_float32=True, **kw).dtype == np.float64
+    zi = rng.integers(-5, 5, (3, 4))
+    assert np.array_equal(softmax(zi, keep_float32=True), softmax(zi))
+    with pytest.raises(TypeError, match="keep_float32"):
+        softmax(z, keep_float32=1)
+    with pytest.raises(ValueError, match="z must"):
+        softmax(np.array([np.nan, 1.0], np.float32), keep_float32=True)
+    with pytest.raises(ValueError, match="z must"):
+        softmax(np.full(3, -np.inf, np.float32), keep_float32=True)

@@ -74,6 +74,7 @@ def as_real_array(
     ndim: int | None = None,
     last_axis_min: int = 1,
     allow_masked: bool = False,
+    keep_float32: bool = False,
 ) -> np.ndarray:
     """Return ``value`` as a finite float64 array, or raise.
 
@@ -95,10 +96,13 @@ def as_real_array(
         Also accept ``-inf`` entries (masked logits); ``NaN`` and ``+inf``
         are still rejected. Whether a masked slice keeps a finite entry is
         the caller's check (it knows the axis), see :func:`check_unmasked`.
+    keep_float32 : bool
+        Return a float32 array as it is (float32, no copy) instead of
+        converting it to float64; every other dtype is still converted.
 
     Returns
     -------
-    ndarray of float64
+    ndarray of float64 (or float32, see ``keep_float32``)
         A finite array (a copy only where a conversion was needed), with
         ``-inf`` entries if ``allow_masked``.
     """
@@ -128,9 +132,10 @@ def as_real_array(
         arr.shape[-1] < last_axis_min or any(s == 0 for s in arr.shape[:-1])
     ):
         raise ValueError(f"{expected}; got shape {arr.shape}")
-    arr = arr.astype(np.float64, copy=False)
+    if not (keep_float32 and arr.dtype == np.float32):
+        arr = arr.astype(np.float64, copy=False)
     if allow_masked:
-        if np.any(np.isnan(arr) | (arr == np.inf)):
+        if not np.all(arr < np.inf):   # one pass: False for NaN and +inf
             raise ValueError(f"{expected}; got NaN or +inf entries")
     elif not np.all(np.isfinite(arr)):
         raise ValueError(f"{expected}; got NaN or infinite entries")

@@ -136,8 +136,8 @@ def attention_logits(Q: np.ndarray, K: np.ndarray, *, scale: float | None = None
 
 def attention_core(Q: np.ndarray, K: np.ndarray, V: np.ndarray, *, mask=None,
                    scale: float | None = None, softcap: float | None = None,
-                   copy_transposes: bool = False,
-                   overflow: str = _OVERFLOW) -> tuple[np.ndarray, CoreState]:
+                   copy_transposes: bool = False, overflow: str = _OVERFLOW,
+                   keep_float32: bool = False) -> tuple[np.ndarray, CoreState]:
     r"""Scaled dot-product attention on batched heads: :math:`O = P V`, :math:`P =
     \operatorname{softmax}_{\text{rows}}(\text{mask}(T))`, with logits :math:`T = s\,
     Q K^\top`, or :math:`T = \kappa \tanh(s\, Q K^\top / \kappa)` with a soft-cap
@@ -169,6 +169,11 @@ def attention_core(Q: np.ndarray, K: np.ndarray, V: np.ndarray, *, mask=None,
     overflow : str
         The message of the ValueError raised when a logit :math:`s\, Q K^\top` is
         not finite (the caller names its own arguments).
+    keep_float32 : bool, default False
+        Float32 logits: compute the softmax in float32
+        (:func:`lipattn.softmax.softmax`'s ``keep_float32``), the fast path for
+        training float32 models. Default False: in float64, then rounded to
+        float32 (float64 logits are computed the same way either way).
 
     Returns
     -------
@@ -189,7 +194,7 @@ def attention_core(Q: np.ndarray, K: np.ndarray, V: np.ndarray, *, mask=None,
     cap_factor = None if softcap is None else 1.0 - (T / softcap) ** 2
     if mask is not None:
         T = np.where(mask, T, -np.inf)
-    P = softmax(T, axis=-1).astype(T.dtype, copy=False)
+    P = softmax(T, axis=-1, keep_float32=keep_float32).astype(T.dtype, copy=False)
     out = P @ V
     return out, CoreState(Q, K, V, P, KT, _transpose(V, copy_transposes),
                           _transpose(P, copy_transposes), scale, copy_transposes, cap_factor)
@@ -378,6 +383,10 @@ class MultiHeadAttention:
         #: copy_transposes): True for the exact constants (Lanczos), False saves
         #: three copies per forward pass when each is differentiated once.
         self.copy_transposes = True
+        #: Float32 weights: compute the softmax in float32 (attention_core's
+        #: keep_float32), the fast path for training; False (default): in float64
+        #: and rounded, as the exact constants and Chapters 4-6's training have it.
+        self.keep_float32 = False
         #: The message of the ValueError for attention logits that overflow.
         self.overflow = ("the hidden states and W_Q, W_K give attention logits that overflow; "
                          "expected logits of finite size")
@@ -464,7 +473,8 @@ class MultiHeadAttention:
         if mask is not None:                   # one row block per query head of a group
             mask = np.tile(mask, (Q.shape[-2] // N, 1))
         heads, core = attention_core(Q, K, V, mask=mask, scale=self.scale, softcap=self.softcap,
-                                     copy_transposes=self.copy_transposes, overflow=self.overflow)
+                                     copy_transposes=self.copy_transposes, overflow=self.overflow,
+                                     keep_float32=self.keep_float32)
         A = self._merge(heads, N)
         return self._out(A, True), AttentionState(X, core, rot, A, qn, kn)
 

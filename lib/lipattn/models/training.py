@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .._blas import single_threaded
-from .._validate import as_choice, as_count, as_float_in, as_seed
+from .._validate import as_choice, as_count, as_float_in, as_positive_float, as_seed
 from ..softmax import softmax
 from .encoder import (
     MATRICES,
@@ -52,7 +52,7 @@ from .encoder import (
 
 __all__ = ["TrainResult", "init_model", "reversal_batch", "train_reversal",
            "train_model", "model_forward", "adam_step", "Adam", "train_stack",
-           "radam_rectification"]
+           "radam_rectification", "learning_rate", "SCHEDULES"]
 
 
 @dataclass
@@ -195,8 +195,48 @@ ho_\infty > 4`
     return r
 
 
+SCHEDULES = ("constant", "cosine")
+
+
+def learning_rate(t: int, lr: float, warmup: int = 0, *, schedule: str = "constant",
+                  steps: int | None = None, min_lr: float = 0.0) -> float:
+    r"""The learning rate of step ``t`` (from 0): a linear warm-up, then constant or
+    a cosine decay to ``min_lr``.
+
+    .. math::
+
+        \eta_t = \eta \frac{t + 1}{w} \quad (t < w), \qquad
+        \eta_t = \eta_{\min} + (\eta - \eta_{\min})\,\frac{1 + \cos(\pi u_t)}{2},
+        \quad u_t = \min\Bigl(1, \frac{t - w}{\max(1, T - 1 - w)}\Bigr) \quad (t \ge w)
+
+    for ``schedule="cosine"`` (peak :math:`\eta` at step :math:`w`, the floor
+    :math:`\eta_{\min}` at the last step :math:`T - 1`), and :math:`\eta_t = \eta`
+    for :math:`t \ge w` with ``"constant"`` (``warmup = 0``: no warm-up). The
+    constant schedule is the expression :class:`Adam` has always used (bit for bit).
+    Exact in float64. ``t``, ``warmup`` are ints >= 0, ``lr`` in (0, 1], ``min_lr`` in
+    [0, lr], ``steps`` an int >= 1 (needed by ``"cosine"``); else a ValueError or
+    TypeError naming the argument.
+    """
+    t = as_count(t, "t", 0)
+    lr = as_float_in(lr, "lr", 0.0, 1.0, lo_open=True)
+    warmup = as_count(warmup, "warmup", 0)
+    as_choice(schedule, "schedule", SCHEDULES)
+    min_lr = as_float_in(min_lr, "min_lr", 0.0, lr)
+    if steps is None and schedule == "cosine":
+        raise ValueError("steps must be the run's number of steps for schedule='cosine'; "
+                         "got None")
+    steps = None if steps is None else as_count(steps, "steps", 1)
+    if t < warmup:
+        return lr * ((t + 1) / warmup)
+    if schedule == "constant":
+        return lr * (min(1.0, (t + 1) / warmup) if warmup else 1.0)
+    u = min(1.0, (t - warmup) / max(1, steps - 1 - warmup))
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * u))
+
+
 class Adam:
-    """Adam on a dict of parameter arrays, updated in place (e.g. a layer's ``params``).
+    """Adam on a dict of parameter arrays, updated in place (e.g. a layer's ``params``),
+    with an optional cosine schedule, decoupled weight decay (AdamW) and gradient clipping.
 
     Parameters
     ----------
@@ -207,13 +247,34 @@ class Adam:
     warmup : int, default 0
         Linear warm-up length in steps (0: constant from the first step).
     betas : (float, float), default (0.9, 0.98)
+    schedule : {"constant", "cosine"}, default "constant"
+        The rate after the warm-up (:func:`learning_rate`): constant, or a
+        cosine decay from ``lr`` to ``min_lr`` over the remaining ``steps``.
+    steps : int, optional
+        The number of steps of the run; needed by ``"cosine"``.
+    min_lr : float, default 0.0
+        The cosine's floor, in [0, lr].
+    weight_decay : float, default 0.0
+        Decoupled weight decay :math:`\\lambda` (AdamW, Loshchilov & Hutter 2019):
+        before each Adam step, every decayed array is multiplied by :math:`1 -
+        \\eta_t \\lambda` (:math:`\\eta_t` the step's rate, as PyTorch's ``AdamW``).
+        Decayed are the arrays with at least two axes -- weight matrices and
+        embeddings -- and not vectors (biases, norms' gains and biases), GPT-2's
+        convention as nanoGPT has it. In [0, 1/lr].
+    clip : float or None, default None
+        Global-norm clipping: when the Euclidean norm of all gradients together
+        exceeds ``clip``, every gradient is scaled by ``clip / norm`` before the step.
 
     :meth:`step` applies one update of the :func:`adam_step` rule for a dict of
-    gradients with the same keys and shapes.
+    gradients with the same keys and shapes; after it, ``grad_norm`` is the
+    gradient's global norm before clipping (float64) and ``rate`` the step's rate.
+    With the defaults the updates are bit-identical to plain Adam with warm-up.
     """
 
     def __init__(self, params: dict[str, np.ndarray], lr: float, *, warmup: int = 0,
-                 betas: tuple[float, float] = (0.9, 0.98)) -> None:
+                 betas: tuple[float, float] = (0.9, 0.98), schedule: str = "constant",
+                 steps: int | None = None, min_lr: float = 0.0, weight_decay: float = 0.0,
+                 clip: float | None = None) -> None:
         if not isinstance(params, dict) or not params or not all(
                 isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.floating)
                 for v in params.values()):
@@ -227,30 +288,52 @@ class Adam:
                             f"{betas!r}")
         self.b1, self.b2 = (as_float_in(b, f"betas[{i}]", 0.0, 1.0, hi_open=True)
                             for i, b in enumerate(betas))
+        self.schedule = as_choice(schedule, "schedule", SCHEDULES)
+        if steps is None and self.schedule == "cosine":
+            raise ValueError("steps must be the run's number of steps for schedule='cosine'; "
+                             "got None")
+        self.steps = None if steps is None else as_count(steps, "steps", 1)
+        self.min_lr = as_float_in(min_lr, "min_lr", 0.0, self.lr)
+        self.weight_decay = as_float_in(weight_decay, "weight_decay", 0.0, 1.0 / self.lr)
+        self.clip = None if clip is None else as_positive_float(clip, "clip")
         self.m1 = {k: np.zeros_like(v) for k, v in params.items()}
         self.m2 = {k: np.zeros_like(v) for k, v in params.items()}
         self.t = 0
+        self.grad_norm = math.nan
+        self.rate = math.nan
 
     def step(self, grads: dict[str, np.ndarray]) -> None:
         if set(grads) != set(self.params):
             raise ValueError(f"grads must have the keys of params; missing "
                              f"{sorted(set(self.params) - set(grads))}, extra "
                              f"{sorted(set(grads) - set(self.params))}")
-        t = self.t
-        rate = self.lr * (min(1.0, (t + 1) / self.warmup) if self.warmup else 1.0)
         for k, p in self.params.items():
-            g = grads[k]
-            if np.shape(g) != p.shape:
+            if np.shape(grads[k]) != p.shape:
                 raise ValueError(f"grads[{k!r}] must have the parameter's shape {p.shape}; "
-                                 f"got {np.shape(g)}")
-            p -= adam_step(self.m1[k], self.m2[k], g.astype(p.dtype, copy=False), t, self.b1,
-                           self.b2, p.dtype.type(rate))
+                                 f"got {np.shape(grads[k])}")
+        t = self.t
+        rate = self.rate = learning_rate(t, self.lr, self.warmup, schedule=self.schedule,
+                                         steps=self.steps, min_lr=self.min_lr)
+        self.grad_norm = math.sqrt(sum(float(np.vdot(g, g).real) for g in
+                                       (np.asarray(g, np.float64) for g in grads.values())))
+        scale = None
+        if self.clip is not None and self.grad_norm > self.clip:
+            scale = self.clip / self.grad_norm
+        for k, p in self.params.items():
+            g = grads[k].astype(p.dtype, copy=False)
+            if scale is not None:
+                g = g * p.dtype.type(scale)
+            if self.weight_decay and p.ndim >= 2:
+                p *= p.dtype.type(1.0 - rate * self.weight_decay)
+            p -= adam_step(self.m1[k], self.m2[k], g, t, self.b1, self.b2, p.dtype.type(rate))
         self.t += 1
 
 
 def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr: float,
                 warmup: int = 0, betas: tuple[float, float] = (0.9, 0.98),
-                callback: Callable[[int, float], None] | None = None) -> np.ndarray:
+                callback: Callable[[int, float], None] | None = None,
+                schedule: str = "constant", min_lr: float = 0.0, weight_decay: float = 0.0,
+                clip: float | None = None, optimizer: list | None = None) -> np.ndarray:
     r"""Train any stack of :mod:`lipattn.layers` (the book's encoder from
     :func:`lipattn.models.encoder.as_layers`, a GPT-2- or Llama-layout
     :class:`~lipattn.layers.Sequential`, ...) with :class:`Adam`, through the
@@ -266,11 +349,15 @@ def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr
         ``loss(Y, target) -> (value, dY)``: the loss at the stack's output Y and
         its gradient :math:`\partial\ell/\partial Y`.
     steps : int
-    lr, warmup, betas
-        As in :class:`Adam`.
+    lr, warmup, betas, schedule, min_lr, weight_decay, clip
+        As in :class:`Adam` (the cosine decays over these ``steps``). The defaults
+        give plain Adam with a linear warm-up, bit for bit as before they existed.
     callback : callable, optional
         ``callback(t, loss_t)`` after step ``t``'s update (e.g. a held-out
         evaluation every k steps, or saving a checkpoint).
+    optimizer : list, optional
+        If given (an empty list), the :class:`Adam` instance is appended to it before
+        the first step, so a callback can read its ``rate`` and ``grad_norm``.
 
     Returns
     -------
@@ -284,8 +371,13 @@ def train_stack(stack: Any, batches: Callable, loss: Callable, *, steps: int, lr
     if not callable(batches) or not callable(loss) or not (callback is None
                                                           or callable(callback)):
         raise TypeError("batches, loss and callback must be callables (see the docstring)")
+    if optimizer is not None and not isinstance(optimizer, list):
+        raise TypeError(f"optimizer must be None or a list; got {type(optimizer).__name__}")
     steps = as_count(steps, "steps", 1)
-    opt = Adam(stack.params, lr, warmup=warmup, betas=betas)
+    opt = Adam(stack.params, lr, warmup=warmup, betas=betas, schedule=schedule, steps=steps,
+               min_lr=min_lr, weight_decay=weight_decay, clip=clip)
+    if optimizer is not None:
+        optimizer.append(opt)
     losses = np.zeros(steps)
     for t in range(steps):
         X, target = batches(t)
