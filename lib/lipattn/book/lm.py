@@ -48,7 +48,7 @@ from ..models import load
 from ..models.decoder import Decoder
 from ._check import as_tokens
 
-__all__ = ["DATA", "MEASUREMENTS", "PREFIXES", "checkpoint_dir", "weights_sha256",
+__all__ = ["DATA", "MEASUREMENTS", "NAME", "PREFIXES", "checkpoint_dir", "weights_sha256",
            "window_tokens", "attention_stats", "window_constants", "measure", "run_steps",
            "trajectory", "precompute", "read_measurements", "main"]
 
@@ -56,17 +56,25 @@ __all__ = ["DATA", "MEASUREMENTS", "PREFIXES", "checkpoint_dir", "weights_sha256
 DATA = Path(__file__).resolve().parent / "data"
 #: File name of the precomputed measurements, next to the checkpoint.
 MEASUREMENTS = "measurements.json"
+#: The shipped checkpoint's directory name under :data:`DATA`.
+NAME = "bytelm-stdlib"
 #: Prefix lengths at which :func:`window_constants` measures the stack.
 PREFIXES = (1, 2, 4, 8, 16, 32, 64, 128)
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
-def checkpoint_dir(name: str = "bytelm-stdlib") -> Path:
+def checkpoint_dir(name: str = NAME, *, weights: bool = True) -> Path:
     """The shipped checkpoint directory ``lipattn/book/data/<name>``, which must hold
-    ``config.json`` (raises FileNotFoundError naming the path otherwise)."""
+    ``config.json`` (with ``weights``, the default) or :data:`MEASUREMENTS` (without);
+    raises FileNotFoundError naming the path otherwise."""
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ValueError(f"name must be a directory name under {DATA}; got {name!r}")
     path = DATA / name
+    if not weights:
+        if not (path / MEASUREMENTS).is_file():
+            raise FileNotFoundError(f"no measurements at {path / MEASUREMENTS}; they are "
+                                    f"written by python -m lipattn.book.lm {path}")
+        return path
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no checkpoint at {path} (expected {path / 'config.json'}); "
                                 "the byte-level model is written by python -m "
@@ -360,7 +368,8 @@ def precompute(path: str | os.PathLike, *, run_dir: str | os.PathLike | None = N
         key = hashlib.sha256(wt.tobytes() + repr(tol).encode()).hexdigest()[:16]
         parts = []
         for step, ck in cks:
-            f = None if cache is None else Path(cache) / f"{weights_sha256(ck)}-{key}.json"
+            f = None if cache is None else \
+                Path(cache) / f"{step:06d}-{weights_sha256(ck)[:16]}-{key}.json"
             if f is not None and f.is_file():
                 parts.append(_arrays(json.loads(f.read_text())))
                 continue

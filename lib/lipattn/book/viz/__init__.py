@@ -5,4 +5,4 @@ these modules only arrange it into figures. Importing this package registers
 every explorer in :data:`lipattn.book.widgets.EXPLORERS`.
 """
 
-from . import collapse, lipschitz, prenorm, real, scaling, softmax, spectral  # noqa: F401
+from . import collapse, lipschitz, lm, prenorm, real, scaling, softmax, spectral  # noqa: F401
