@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -81,7 +82,7 @@ def test_prefixes_are_the_leading_blocks_of_the_jacobian(ckpt):
     assert r["prefix_k"].tolist() == [1, 3, 5, 8]
     H = m.embed(TOK)
     J = dense(lambda Z: m.forward(Z), H).reshape(CTX, D, CTX, D)
-    for k, c in zip(r["prefix_k"], r["prefix"]):
+    for k, c in zip(r["prefix_k"], r["prefix"], strict=True):
         lead = J[:k, :, :k, :].reshape(k * D, k * D)
         assert abs(c - np.linalg.norm(lead, 2)) < 1e-6 * c
     assert np.all(np.diff(r["prefix"]) >= -1e-8 * r["prefix"][1:])
@@ -151,9 +152,10 @@ def test_measure_trajectory_and_precompute(ckpt, tmp_path):
         < 1e-5 * tr["stack"][0, 1]
     assert np.allclose(tr["product"], tr["block"].prod(axis=2))
     (ckpt / "training.json").write_text(json.dumps({"args": {"steps": "40"}}))
+    shutil.copytree(ckpt, run / "step-000035")    # the same weights at another step
     res = lm.precompute(ckpt, run_dir=run, windows=3, trajectory_windows=2,
                         cache=tmp_path / "cache")
-    assert res["trajectory"]["steps"] == [10, 20, 40]
+    assert res["trajectory"]["steps"] == [10, 20, 35, 40]    # cached per step
     again = lm.precompute(ckpt, run_dir=run, windows=3, trajectory_windows=2,
                           cache=tmp_path / "cache")
     assert again["trajectory"] == res["trajectory"]     # from the cache

@@ -50,7 +50,9 @@ from ._check import as_tokens
 
 __all__ = ["DATA", "MEASUREMENTS", "NAME", "PREFIXES", "checkpoint_dir", "weights_sha256",
            "window_tokens", "attention_stats", "window_constants", "measure", "run_steps",
-           "trajectory", "precompute", "read_measurements", "main"]
+           "trajectory", "precompute", "read_measurements", "constants_summary",
+           "uniform_first_mass", "direction_summary", "trajectory_summary", "n_parameters",
+           "recipe", "main"]
 
 #: The directory of the book's shipped checkpoints.
 DATA = Path(__file__).resolve().parent / "data"
@@ -403,6 +405,171 @@ def read_measurements(path: str | os.PathLike, *, check: bool = True) -> dict:
 def _arrays(d: dict) -> dict:
     return {k: (np.array(v) if isinstance(v, list) else
                 _arrays(v) if isinstance(v, dict) else v) for k, v in d.items()}
+
+
+def n_parameters(model: Any) -> int:
+    """The number of parameters of a GPT-2 model: embeddings (tied read-out counted
+    once), every block's arrays and the final norm's."""
+    model = _check_model(model)
+    size = lambda x: int(np.prod(x.shape))  # noqa: E731 - LazyTensor has no .size
+    return (size(model.wte) + size(model.wpe)
+            + sum(size(p) for b in model.blocks for p in b.params.values())
+            + sum(size(p) for p in model.final.params.values()))
+
+
+def recipe(args: dict) -> str:
+    """The learning-rate schedule and regularisers of ``training.json``'s ``args``
+    (as :mod:`lipattn.book.bytelm` records them, strings), in words."""
+    if not isinstance(args, dict):
+        raise TypeError(f"args must be training.json's 'args' dict; got {type(args).__name__}")
+    num = lambda k: None if args.get(k, "None") in ("None", None) else float(args[k])  # noqa: E731
+    if args.get("decay") == "cosine":
+        lo = num("min_lr")
+        parts = ["a cosine decay to " + (f"{lo:g}" if lo else "a tenth of it")]
+    else:
+        parts = ["then a constant learning rate"]
+    if num("weight_decay"):
+        parts.append(f"decoupled weight decay {num('weight_decay'):g}")
+    if num("clip"):
+        parts.append(f"gradient clipping at norm {num('clip'):g}")
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------
+# the statistics the chapter quotes (pure functions of measure's arrays)
+# --------------------------------------------------------------------------
+def _q(a: np.ndarray) -> np.ndarray:
+    return np.quantile(a, [0.1, 0.5, 0.9], axis=0)
+
+
+def constants_summary(meas: dict) -> dict[str, float]:
+    """Quantiles and ratios of :func:`measure`'s constants, by name.
+
+    Per layer l (0-based) and map ``block``, ``attention``, ``mlp``, ``head``
+    (the largest head): ``{map}{l}_lo``, ``_med``, ``_hi`` (10 %, 50 %, 90 %
+    quantiles over windows); the same for ``stack``, ``stack_final``,
+    ``product``; ``prod_ratio_{med,min,max}`` (product / stack);
+    ``top_block`` (0-based index of the largest median block constant),
+    ``top_block_med``, ``top_block_count`` (windows where it is the largest);
+    ``res_ratio_med`` (:math:`(1 + a)(1 + m)` / block); ``final_ratio_med``;
+    ``hs_{med,min}``, ``hr_{med,min}`` (Theorem 7.1's two bounds / exact);
+    ``pref1_med``, ``pref_last_med``, ``pref1_share_med`` (percent),
+    ``pref_slope_{med,lo,hi}`` (log-log slope of the prefix constant from k = 8
+    to the longest prefix).
+    """
+    out: dict[str, float] = {}
+    rows = {"block": meas["block"], "attention": meas["attention"], "mlp": meas["mlp"],
+            "head": np.asarray(meas["heads"]).max(axis=2)}
+    for key, arr in rows.items():
+        lo, mid, hi = _q(np.asarray(arr))
+        for i in range(lo.size):
+            out[f"{key}{i}_lo"], out[f"{key}{i}_med"], out[f"{key}{i}_hi"] = lo[i], mid[i], hi[i]
+    for key in ("stack", "stack_final", "product"):
+        out[f"{key}_lo"], out[f"{key}_med"], out[f"{key}_hi"] = _q(np.asarray(meas[key]))
+    ratio = np.asarray(meas["product"]) / np.asarray(meas["stack"])
+    out.update(prod_ratio_med=np.median(ratio), prod_ratio_min=ratio.min(),
+               prod_ratio_max=ratio.max())
+    block = np.asarray(meas["block"])
+    med = np.median(block, axis=0)
+    top = int(np.argmax(med))
+    out.update(top_block=top, top_block_med=med[top],
+               top_block_count=int(np.sum(np.argmax(block, axis=1) == top)))
+    res = (1 + np.asarray(meas["attention"])) * (1 + np.asarray(meas["mlp"]))
+    out["res_ratio_med"] = np.median(res / block)
+    out["final_ratio_med"] = np.median(np.asarray(meas["stack_final"]) /
+                                       np.asarray(meas["stack"]))
+    hs = np.asarray(meas["head_sum"]) / np.asarray(meas["attn_exact"])
+    hr = np.asarray(meas["head_sqrt"]) / np.asarray(meas["attn_exact"])
+    out.update(hs_med=np.median(hs), hs_min=hs.min(), hr_med=np.median(hr), hr_min=hr.min())
+    P, k = np.asarray(meas["prefix"]), np.asarray(meas["prefix_k"])[0]
+    out.update(pref1_med=np.median(P[:, 0]), pref_last_med=np.median(P[:, -1]),
+               pref1_share_med=100 * np.median(P[:, 0] / P[:, -1]))
+    if 8 in k and k[-1] > 8:
+        i8 = list(k).index(8)
+        slope = np.log(P[:, -1] / P[:, i8]) / np.log(k[-1] / k[i8])
+        out.update(pref_slope_med=np.median(slope), pref_slope_lo=slope.min(),
+                   pref_slope_hi=slope.max())
+    return {k_: float(v) for k_, v in out.items()}
+
+
+def uniform_first_mass(N: int) -> float:
+    r"""The mean over queries 2..N of the mass on position 1 under uniform causal
+    attention: :math:`\frac{1}{N-1}\sum_{i=2}^N \frac1i` (N >= 2)."""
+    N = as_count(N, "N", minimum=2, maximum=1 << 30)
+    return float(np.mean(1.0 / np.arange(2, N + 1)))
+
+
+def direction_summary(meas: dict) -> dict[str, Any]:
+    """Where the stack's most sensitive direction sits, and the attention on position 0.
+
+    Percentages of the direction's energy: ``e0_{med,lo,hi}_pct`` (position 0,
+    quantiles 50/10/90 %), ``e0_uniform_pct`` (100/N), ``e0_argmax_count``
+    (windows where position 0 holds the largest share), ``e0_above_uniform``,
+    ``early_med_pct``/``late_med_pct`` (first/last 8 positions),
+    ``early_gt_late``, ``top_share_med_pct``, ``b0_e0_med_pct`` (position 0 in
+    block 1's own direction). Attention: ``fm_uniform``
+    (:func:`uniform_first_mass`), ``fm_max`` (largest per-head median mass on
+    position 0), ``fm_top`` ((layer, head), 0-based), ``fm_top_break`` (windows
+    where that head puts less than half on position 0), ``fm_n_sink`` (heads
+    whose median is above 1/2), ``fm_n_above`` (above 3 times uniform),
+    ``fm_n_heads``, ``rho_e0_fm`` (Spearman rank correlation over windows of
+    position 0's energy and the mean first-token mass). ``top_bytes``: up to
+    three (byte, windows, frequency among all bytes) for the bytes found most
+    often at the largest-share position.
+    """
+    En, tok = np.asarray(meas["energy"]), np.asarray(meas["tokens"])
+    W, N = tok.shape
+    e0 = En[:, 0]
+    early, late = En[:, :8].sum(axis=1), En[:, -8:].sum(axis=1)
+    top_pos = En.argmax(axis=1)
+    out: dict[str, Any] = {
+        "e0_med_pct": 100 * np.median(e0), "e0_lo_pct": 100 * np.quantile(e0, 0.1),
+        "e0_hi_pct": 100 * np.quantile(e0, 0.9), "e0_uniform_pct": 100 / N,
+        "e0_argmax_count": int(np.sum(top_pos == 0)),
+        "e0_above_uniform": int(np.sum(e0 > 1 / N)),
+        "early_med_pct": 100 * np.median(early), "late_med_pct": 100 * np.median(late),
+        "early_gt_late": int(np.sum(early > late)),
+        "top_share_med_pct": 100 * np.median(En.max(axis=1)),
+        "b0_e0_med_pct": 100 * np.median(np.asarray(meas["block_energy"])[:, 0, 0])}
+    FM = np.asarray(meas["first_mass"])
+    head_med = np.median(FM, axis=0)
+    uni = uniform_first_mass(N)
+    lay, hd = np.unravel_index(np.argmax(head_med), head_med.shape)
+    rank = lambda x: np.argsort(np.argsort(x, kind="stable"), kind="stable")  # noqa: E731
+    out.update(fm_uniform=uni, fm_max=head_med.max(), fm_top=(int(lay), int(hd)),
+               fm_top_break=int(np.sum(FM[:, lay, hd] < 0.5)),
+               fm_n_sink=int(np.sum(head_med > 0.5)),
+               fm_n_above=int(np.sum(head_med > 3 * uni)), fm_n_heads=int(head_med.size),
+               rho_e0_fm=float(np.corrcoef(rank(e0), rank(FM.mean(axis=(1, 2))))[0, 1]))
+    vals, counts = np.unique(tok[np.arange(W), top_pos], return_counts=True)
+    order = np.argsort(-counts, kind="stable")[:3]
+    out["top_bytes"] = [(int(vals[i]), int(counts[i]), float(np.mean(tok == vals[i])))
+                        for i in order]
+    return {k: (float(v) if isinstance(v, (np.floating, float)) else v)
+            for k, v in out.items()}
+
+
+def trajectory_summary(traj: dict) -> dict[str, float]:
+    """Medians over windows of :func:`trajectory`'s arrays, at the first and last
+    checkpoint and at their peak: per layer l (0-based) ``tr_b{l}_0``/``_T``
+    (block constant), ``tr_l{l}_0``/``_T``/``_peak``/``_peak_step`` (largest
+    absolute logit); ``tr_st_0``/``_T``/``_peak``/``_peak_step`` (stack);
+    ``tr_logit_max`` (the largest median logit of any layer and checkpoint);
+    ``tr_logit_up`` (layers whose last median logit exceeds their first)."""
+    steps = np.asarray(traj["steps"])
+    blk = np.median(np.asarray(traj["block"]), axis=1)
+    lg = np.median(np.asarray(traj["max_logit"]), axis=1)
+    st = np.median(np.asarray(traj["stack"]), axis=1)
+    out: dict[str, float] = {}
+    for i in range(blk.shape[1]):
+        out.update({f"tr_b{i}_0": blk[0, i], f"tr_b{i}_T": blk[-1, i],
+                    f"tr_l{i}_0": lg[0, i], f"tr_l{i}_T": lg[-1, i],
+                    f"tr_l{i}_peak": lg[:, i].max(),
+                    f"tr_l{i}_peak_step": steps[np.argmax(lg[:, i])]})
+    out.update(tr_st_0=st[0], tr_st_T=st[-1], tr_st_peak=st.max(),
+               tr_st_peak_step=steps[np.argmax(st)], tr_logit_max=lg.max(),
+               tr_logit_up=int(np.sum(lg[-1] > lg[0])))
+    return {k: float(v) for k, v in out.items()}
 
 
 def main(argv: list[str] | None = None) -> dict:
