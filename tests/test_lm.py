@@ -176,3 +176,41 @@ def test_checkpoint_dir_names_what_is_missing():
         lm.checkpoint_dir("no-such-model")
     with pytest.raises(ValueError, match="directory name"):
         lm.checkpoint_dir("../x")
+
+
+def test_summaries_against_direct_computations(ckpt):
+    m = load(ckpt)
+    w = lm.window_tokens((ckpt / "heldout.txt").read_bytes(), CTX, 4)
+    meas = lm.measure(m, w)
+    S = lm.constants_summary(meas)
+    assert S["stack_med"] == pytest.approx(np.median(meas["stack"]))
+    assert S["block1_hi"] == pytest.approx(np.quantile(meas["block"][:, 1], 0.9))
+    assert S["head0_lo"] == pytest.approx(np.quantile(meas["heads"][:, 0].max(1), 0.1))
+    assert S["prod_ratio_min"] >= 1 - 1e-6 and S["hs_min"] >= 1 - 1e-6
+    assert 0 <= S["top_block"] < L and 1 <= S["top_block_count"] <= 4
+    D = lm.direction_summary(meas)
+    assert D["e0_med_pct"] == pytest.approx(100 * np.median(meas["energy"][:, 0]))
+    assert D["e0_uniform_pct"] == pytest.approx(100 / CTX)
+    assert sum(n for _, n, _ in D["top_bytes"]) <= 4 and -1 <= D["rho_e0_fm"] <= 1
+    assert D["fm_n_heads"] == L * HEADS
+    T = lm.trajectory_summary(lm.trajectory([(0, m), (5, m)], w[:2]))
+    assert T["tr_st_0"] == pytest.approx(T["tr_st_T"]) and T["tr_logit_up"] == 0
+
+
+def test_uniform_first_mass_is_a_harmonic_number():
+    for N in (2, 3, 128):
+        HN = sum(1 / i for i in range(1, N + 1))
+        assert lm.uniform_first_mass(N) == pytest.approx((HN - 1) / (N - 1), rel=1e-14)
+    with pytest.raises(ValueError):
+        lm.uniform_first_mass(1)
+
+
+def test_recipe_and_parameter_count(ckpt):
+    assert lm.recipe({"decay": "constant"}) == "then a constant learning rate"
+    r = lm.recipe({"decay": "cosine", "min_lr": "0.0003", "weight_decay": "0.1",
+                   "clip": "1.0"})
+    assert r == ("a cosine decay to 0.0003, decoupled weight decay 0.1, "
+                 "gradient clipping at norm 1")
+    sd = random_state_dict("gpt2", L, D, HEADS, vocab=256, n_pos=CTX)
+    n = sum(v.size for v in sd.values())
+    assert lm.n_parameters(load(ckpt)) == n
