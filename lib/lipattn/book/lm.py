@@ -50,8 +50,9 @@ from ._check import as_tokens
 
 __all__ = ["DATA", "MEASUREMENTS", "NAME", "PREFIXES", "checkpoint_dir", "weights_sha256",
            "window_tokens", "attention_stats", "window_constants", "measure", "run_steps",
-           "trajectory", "precompute", "read_measurements", "constants_summary",
-           "uniform_first_mass", "direction_summary", "trajectory_summary", "n_parameters",
+           "trajectory", "cached_trajectory", "precompute", "read_measurements",
+           "constants_summary", "uniform_first_mass", "direction_summary",
+           "trajectory_summary", "n_parameters",
            "recipe", "main"]
 
 #: The directory of the book's shipped checkpoints.
@@ -336,6 +337,32 @@ def _jsonable(d: dict) -> dict:
                 _jsonable(v) if isinstance(v, dict) else v) for k, v in d.items()}
 
 
+def cached_trajectory(checkpoints: Any, windows: Any, *, tol: float = 1e-6,
+                      cache: str | os.PathLike | None = None, progress: bool = False) -> dict:
+    """:func:`trajectory` one checkpoint at a time, each kept in ``cache`` (a directory,
+    or None for no cache) under its step, the SHA-256 of its weights and a hash of
+    the windows and ``tol``, so that a re-run measures only new checkpoints.
+    ``checkpoints``: (step, checkpoint directory) pairs."""
+    wt = np.asarray(windows)
+    key = hashlib.sha256(np.ascontiguousarray(wt, dtype=np.int64).tobytes()
+                         + repr(float(tol)).encode()).hexdigest()[:16]
+    parts = []
+    for step, ck in checkpoints:
+        f = None if cache is None else \
+            Path(cache) / f"{int(step):06d}-{weights_sha256(ck)[:16]}-{key}.json"
+        if f is not None and f.is_file():
+            parts.append(_arrays(json.loads(f.read_text())))
+            continue
+        one = trajectory([(step, ck)], wt, tol=tol, progress=progress)
+        if f is not None:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps(_jsonable(one)))
+        parts.append(one)
+    if not parts:
+        raise ValueError("checkpoints must hold at least one (step, directory) pair; got none")
+    return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+
+
 def precompute(path: str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
                windows: int = 64, trajectory_windows: int = 8, N: int | None = None,
                tol: float = 1e-6, cache: str | os.PathLike | None = None,
@@ -366,22 +393,8 @@ def precompute(path: str | os.PathLike, *, run_dir: str | os.PathLike | None = N
         if train.is_file():
             final_step = int(json.loads(train.read_text())["args"]["steps"])
             cks = [(s, p) for s, p in cks if s != final_step] + [(final_step, path)]
-        wt = w[:trajectory_windows]
-        key = hashlib.sha256(wt.tobytes() + repr(tol).encode()).hexdigest()[:16]
-        parts = []
-        for step, ck in cks:
-            f = None if cache is None else \
-                Path(cache) / f"{step:06d}-{weights_sha256(ck)[:16]}-{key}.json"
-            if f is not None and f.is_file():
-                parts.append(_arrays(json.loads(f.read_text())))
-                continue
-            one = trajectory([(step, ck)], wt, tol=tol, progress=progress)
-            if f is not None:
-                f.parent.mkdir(parents=True, exist_ok=True)
-                f.write_text(json.dumps(_jsonable(one)))
-            parts.append(one)
-        res["trajectory"] = _jsonable({k: np.concatenate([np.asarray(p[k]) for p in parts])
-                                       for k in parts[0]})
+        res["trajectory"] = _jsonable(cached_trajectory(cks, w[:trajectory_windows], tol=tol,
+                                                        cache=cache, progress=progress))
         res["trajectory_seconds"] = time.perf_counter() - t0
     return res
 
