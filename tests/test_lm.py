@@ -193,6 +193,11 @@ def test_summaries_against_direct_computations(ckpt):
     assert D["e0_uniform_pct"] == pytest.approx(100 / CTX)
     assert sum(n for _, n, _ in D["top_bytes"]) <= 4 and -1 <= D["rho_e0_fm"] <= 1
     assert D["fm_n_heads"] == L * HEADS
+    A = lm.scale_alignment(m, meas)
+    s_inv = [1 / np.sqrt(m.embed(t).var(axis=1) + m.eps) for t in w]
+    assert A["scale_match"] == sum(int(np.argmax(e) == np.argmax(s))
+                                   for e, s in zip(meas["energy"], s_inv, strict=True))
+    assert -1 <= A["scale_rho_med"] <= 1 and A["scale_ratio_med"] >= 1
     T = lm.trajectory_summary(lm.trajectory([(0, m), (5, m)], w[:2]))
     assert T["tr_st_0"] == pytest.approx(T["tr_st_T"]) and T["tr_logit_up"] == 0
 

@@ -52,7 +52,7 @@ __all__ = ["DATA", "MEASUREMENTS", "NAME", "PREFIXES", "checkpoint_dir", "weight
            "window_tokens", "attention_stats", "window_constants", "measure", "run_steps",
            "trajectory", "cached_trajectory", "precompute", "read_measurements",
            "constants_summary", "uniform_first_mass", "direction_summary",
-           "trajectory_summary", "n_parameters",
+           "trajectory_summary", "scale_alignment", "n_parameters",
            "recipe", "main"]
 
 #: The directory of the book's shipped checkpoints.
@@ -364,7 +364,7 @@ def cached_trajectory(checkpoints: Any, windows: Any, *, tol: float = 1e-6,
 
 
 def precompute(path: str | os.PathLike, *, run_dir: str | os.PathLike | None = None,
-               windows: int = 64, trajectory_windows: int = 8, N: int | None = None,
+               windows: int = 32, trajectory_windows: int = 8, N: int | None = None,
                tol: float = 1e-6, cache: str | os.PathLike | None = None,
                progress: bool = False) -> dict:
     """What the chapter reads: :func:`measure` on ``windows`` held-out windows of the
@@ -519,7 +519,8 @@ def direction_summary(meas: dict) -> dict[str, Any]:
     quantiles 50/10/90 %), ``e0_uniform_pct`` (100/N), ``e0_argmax_count``
     (windows where position 0 holds the largest share), ``e0_above_uniform``,
     ``early_med_pct``/``late_med_pct`` (first/last 8 positions),
-    ``early_gt_late``, ``top_share_med_pct``, ``b0_e0_med_pct`` (position 0 in
+    ``early_gt_late``, ``top_share_med_pct`` (the largest position's share),
+    ``top3_share_med_pct`` (the three largest together), ``b0_e0_med_pct`` (position 0 in
     block 1's own direction). Attention: ``fm_uniform``
     (:func:`uniform_first_mass`), ``fm_max`` (largest per-head median mass on
     position 0), ``fm_top`` ((layer, head), 0-based), ``fm_top_break`` (windows
@@ -543,6 +544,7 @@ def direction_summary(meas: dict) -> dict[str, Any]:
         "early_med_pct": 100 * np.median(early), "late_med_pct": 100 * np.median(late),
         "early_gt_late": int(np.sum(early > late)),
         "top_share_med_pct": 100 * np.median(En.max(axis=1)),
+        "top3_share_med_pct": 100 * np.median(np.sort(En, axis=1)[:, -3:].sum(axis=1)),
         "b0_e0_med_pct": 100 * np.median(np.asarray(meas["block_energy"])[:, 0, 0])}
     FM = np.asarray(meas["first_mass"])
     head_med = np.median(FM, axis=0)
@@ -560,6 +562,32 @@ def direction_summary(meas: dict) -> dict[str, Any]:
                         for i in order]
     return {k: (float(v) if isinstance(v, (np.floating, float)) else v)
             for k, v in out.items()}
+
+
+def scale_alignment(model: Any, meas: dict) -> dict[str, float]:
+    r"""Whether the most sensitive direction sits where LayerNorm amplifies most.
+
+    Block 1's first LayerNorm has, at token i, a Jacobian of norm at most
+    :math:`\max_k|g_k|/s_i` with :math:`s_i = (\mathrm{var}(h_i) + \varepsilon)^{1/2}`
+    (Chapter 7), so tokens whose embedded state has a small spread are
+    amplified most. Returns ``scale_match`` (windows whose largest-energy
+    position is the position of smallest :math:`s_i`), ``scale_rho_med``
+    (median over windows of the Spearman correlation over positions of the
+    energy and :math:`1/s_i`) and ``scale_ratio_med`` (median over windows of
+    the largest :math:`1/s_i` over the median :math:`1/s_i`).
+    """
+    model = _check_model(model)
+    En, tok = np.asarray(meas["energy"]), np.asarray(meas["tokens"])
+    rank = lambda x: np.argsort(np.argsort(x, kind="stable"), kind="stable")  # noqa: E731
+    match, rho, ratio = 0, [], []
+    for e, t in zip(En, tok, strict=True):
+        H = model.embed(_tokens(model, t))
+        inv = 1 / np.sqrt(H.var(axis=1) + model.eps)
+        match += int(np.argmax(e) == np.argmax(inv))
+        rho.append(np.corrcoef(rank(e), rank(inv))[0, 1])
+        ratio.append(inv.max() / np.median(inv))
+    return {"scale_match": float(match), "scale_rho_med": float(np.median(rho)),
+            "scale_ratio_med": float(np.median(ratio))}
 
 
 def trajectory_summary(traj: dict) -> dict[str, float]:
@@ -591,7 +619,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.lm", description=__doc__)
     ap.add_argument("checkpoint", type=Path)
     ap.add_argument("--run", type=Path, default=None, help="directory of step-XXXXXX checkpoints")
-    ap.add_argument("--windows", type=int, default=64)
+    ap.add_argument("--windows", type=int, default=32)
     ap.add_argument("--trajectory-windows", type=int, default=8)
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--out", type=Path, default=None, help="default CHECKPOINT/measurements.json")

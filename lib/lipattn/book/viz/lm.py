@@ -153,5 +153,5 @@ class SensitiveDirectionExplorer(Explorer):
         self._top.set_data([j], [e[j]])
         self._pref.set_ydata(m["prefix"][window])
         b = m["tokens"][window, j]
-        self._title.set_text(f"window {window}, {map}: position 0 holds {e[0]:.1%}; "
+        self._title.set_text(f"window {window}, {map}: position 0 holds {100 * e[0]:.2g} %; "
                              f"largest share {e[j]:.1%} at position {j} (byte {byte_label(b)})")
