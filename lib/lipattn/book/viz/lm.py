@@ -128,7 +128,7 @@ class SensitiveDirectionExplorer(Explorer):
         ax.set_xlim(-2, N + 1)
         ax.set_xlabel("position in the window")
         ax.set_ylabel("share of the direction's energy")
-        ax.legend(fontsize=7.5, loc="lower right")
+        ax.legend(fontsize=7.5, loc="upper right")
         k = m["prefix_k"][0]
         for row in m["prefix"][:EXPLORER_WINDOWS]:
             ax2.plot(k, row, "-", color="0.75", lw=0.7)
