@@ -13,7 +13,7 @@ PAGES = ["chapters/intro.html", "chapters/01_softmax_jacobian.html",
          "chapters/02_scaling_saturation.html", "chapters/03_rank_collapse.html",
          "chapters/04_prenorm_postnorm.html",
          "chapters/05_spectral_normalisation.html", "chapters/06_attention_lipschitz.html",
-         "chapters/07_real_transformers.html",
+         "chapters/07_real_transformers.html", "chapters/08_trained_language_model.html",
          "chapters/audit.html", "chapters/review.html", "chapters/review_zh.html",
          "chapters/references.html"]
 MAX_PAGE_BYTES = 3 * 1024 * 1024

@@ -19,7 +19,7 @@ NOTEBOOKS = [p for p in CHAPTERS if "```{code-cell}" in p.read_text()]
 def test_the_chapters_are_found():
     expected = {"intro", "01_softmax_jacobian", "02_scaling_saturation", "03_rank_collapse",
                 "05_spectral_normalisation", "06_attention_lipschitz", "07_real_transformers",
-                "audit", "review", "review_zh"}
+                "08_trained_language_model", "audit", "review", "review_zh"}
     assert expected <= {p.stem for p in NOTEBOOKS}
 
 

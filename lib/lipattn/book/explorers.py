@@ -15,6 +15,7 @@ from types import ModuleType
 from .viz import (
     collapse_explorers,
     lipschitz,
+    lm,
     prenorm,
     real,
     scaling_explorers,
@@ -28,7 +29,7 @@ __all__ = ["MODULES", "EXPLORERS", "get_explorer"]
 
 #: The modules that define the chapters' explorers, in chapter order.
 MODULES: tuple[ModuleType, ...] = (softmax, scaling_explorers, collapse_explorers, prenorm,
-                                   spectral, spectral_normalisation, lipschitz, real)
+                                   spectral, spectral_normalisation, lipschitz, real, lm)
 
 
 def _defined_in(module: ModuleType) -> list[type[Explorer]]:

@@ -49,7 +49,7 @@ FOLDER = Path(__file__).resolve().parents[3] / "chapters" / "interview"
 CHAPTERS: tuple[str, ...] = ("01_softmax_jacobian", "02_scaling_saturation",
                              "03_rank_collapse", "04_prenorm_postnorm",
                              "05_spectral_normalisation", "06_attention_lipschitz",
-                             "07_real_transformers")
+                             "07_real_transformers", "08_trained_language_model")
 
 #: The parts of an answer, in the order they are rendered.
 PARTS: tuple[str, ...] = ("spoken", "points", "whiteboard", "follow_ups", "names")

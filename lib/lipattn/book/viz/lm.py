@@ -1,0 +1,153 @@
+"""Figures and the explorer of Chapter 8 (the trained byte-level GPT-2).
+
+The measurements are :mod:`lipattn.book.lm`'s, precomputed into the
+``measurements.json`` shipped next to the checkpoint
+(:func:`lipattn.book.lm.precompute`); this module only draws them.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from .. import lm as _lm
+from .. import plotting
+from .._check import as_result
+from ..widgets import Explorer, Slider
+
+__all__ = ["byte_label", "fig_constants", "fig_trajectory", "SensitiveDirectionExplorer"]
+
+#: Windows the explorer offers (the first of the precomputed ones).
+EXPLORER_WINDOWS = 16
+#: The maps whose most sensitive direction the explorer shows (the model has 4 blocks).
+MAPS = ("stack", "block 1", "block 2", "block 3", "block 4")
+
+
+def byte_label(b: int) -> str:
+    """A byte as the reader would name it: ``'a'``, ``space``, ``\\n``, or ``0x07``."""
+    b = int(b)
+    if not 0 <= b < 256:
+        raise ValueError(f"b must be a byte in [0, 256); got {b}")
+    names = {32: "space", 10: "\\n", 9: "\\t", 13: "\\r"}
+    if b in names:
+        return names[b]
+    return repr(chr(b)) if 33 <= b < 127 else f"0x{b:02x}"
+
+
+def fig_constants(meas: dict) -> Figure:
+    """Left: per-layer block, attention-branch and MLP-branch constants over windows
+    (median, band 10-90 %). Right: exact stack constant against the product of the
+    block constants, one point per window, with the diagonal."""
+    m = as_result(meas, "meas", ("block", "attention", "mlp", "stack", "product"),
+                  producer="lipattn.book.lm.measure")
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
+    layers = np.arange(1, m["block"].shape[1] + 1)
+    for k, (key, lab) in enumerate((("block", "block"), ("attention", "attention branch"),
+                                    ("mlp", "MLP branch"))):
+        a = m[key]
+        lo, mid, hi = np.quantile(a, [0.1, 0.5, 0.9], axis=0)
+        ax1.fill_between(layers, lo, hi, color=f"C{k}", alpha=0.2, lw=0)
+        ax1.plot(layers, mid, "o-", color=f"C{k}", ms=4, label=lab)
+    ax1.set_yscale("log")
+    ax1.set_xticks(layers)
+    ax1.set_xlabel("layer l")
+    ax1.set_ylabel(r"exact local constant $\|J\|_2$")
+    ax1.legend(fontsize=8)
+    p, s = m["product"], m["stack"]
+    ax2.loglog(p, s, "o", ms=3.5, alpha=0.7, color="C3")
+    lim = [min(s.min(), p.min()) / 1.5, max(s.max(), p.max()) * 1.5]
+    ax2.plot(lim, lim, "--", color=plotting.ONE_COLOR, lw=1, label="exact = product")
+    ax2.set_xlim(lim)
+    ax2.set_ylim(lim)
+    ax2.set_xlabel("product of the 4 block constants")
+    ax2.set_ylabel("exact constant of the stack")
+    ax2.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def fig_trajectory(traj: dict) -> Figure:
+    """Against the training step: median block constants (left) and the median largest
+    absolute attention logit (right), per layer, over the trajectory's windows."""
+    t = as_result(traj, "traj", ("steps", "block", "max_logit", "stack"),
+                  producer="lipattn.book.lm.trajectory")
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.3)
+    steps = np.maximum(t["steps"], 1)
+    for i in range(t["block"].shape[2]):
+        ax1.plot(steps, np.median(t["block"][:, :, i], axis=1), "o-", ms=3, color=f"C{i}",
+                 label=f"block {i + 1}")
+        ax2.plot(steps, np.median(t["max_logit"][:, :, i], axis=1), "o-", ms=3,
+                 color=f"C{i}", label=f"layer {i + 1}")
+    ax1.plot(steps, np.median(t["stack"], axis=1), "k--", lw=1.2, label="stack")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_xlabel("training step (step 0 drawn at 1)")
+        ax.legend(fontsize=7.5)
+    ax1.set_yscale("log")
+    ax1.set_ylabel(r"exact constant (median)")
+    ax2.set_ylabel(r"largest $|$attention logit$|$ (median)")
+    return fig
+
+
+@lru_cache(maxsize=1)
+def _explorer_data() -> dict:
+    m = _lm.read_measurements(_lm.checkpoint_dir(weights=False), check=False)["measure"]
+    if m["block"].shape[1] != len(MAPS) - 1 or m["tokens"].shape[0] < EXPLORER_WINDOWS:
+        raise ValueError(f"the explorer expects {len(MAPS) - 1} blocks and at least "
+                         f"{EXPLORER_WINDOWS} windows; got {m['block'].shape}")
+    return m
+
+
+class SensitiveDirectionExplorer(
+        Explorer, name="lm-direction", size=(8.4, 3.3),
+        title="Where the trained model's most sensitive input direction sits"):
+    """Held-out window and map: where the most sensitive input direction sits."""
+
+    window = Slider(tuple(range(EXPLORER_WINDOWS)), label="held-out window", default=0)
+    map = Slider(MAPS, label="map", default="stack")
+    presets = {"stack, window 0": {"window": 0, "map": "stack"},
+               "block 1, window 0": {"window": 0, "map": "block 1"}}
+
+    def setup(self, fig: Figure):
+        self._m = m = _explorer_data()
+        N = m["tokens"].shape[1]
+        ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
+        pos = np.arange(N)
+        (self._line,) = ax.plot(pos, np.ones(N), "-", lw=1.0, color="C0",
+                                drawstyle="steps-mid")
+        (self._first,) = ax.plot([0], [1.0], "o", ms=7, color="C3",
+                                 label="position 0 (first token)")
+        (self._top,) = ax.plot([0], [1.0], "v", ms=7, color="C2", label="largest")
+        ax.set_yscale("log")
+        ax.set_ylim(1e-7, 1.5)
+        ax.set_xlim(-2, N + 1)
+        ax.set_xlabel("position in the window")
+        ax.set_ylabel("share of the direction's energy")
+        ax.legend(fontsize=7.5, loc="upper right")
+        k = m["prefix_k"][0]
+        for row in m["prefix"][:EXPLORER_WINDOWS]:
+            ax2.plot(k, row, "-", color="0.75", lw=0.7)
+        (self._pref,) = ax2.plot(k, m["prefix"][0], "o-", color="C1", ms=3.5, lw=1.8)
+        ax2.set_xscale("log", base=2)
+        ax2.set_yscale("log")
+        lo, hi = m["prefix"][:EXPLORER_WINDOWS].min(), m["prefix"][:EXPLORER_WINDOWS].max()
+        ax2.set_ylim(lo / 1.3, hi * 1.3)
+        ax2.set_xlabel("prefix length k")
+        ax2.set_ylabel(r"stack constant at $H_{1:k}$")
+        self._title = fig.suptitle(" ", fontsize=9)
+        return [self._line, self._first, self._top, self._pref, self._title]
+
+    def update(self, window: int, map: str) -> None:  # noqa: A002 - the slider's name
+        m = self._m
+        e = m["energy"][window] if map == "stack" else \
+            m["block_energy"][window, MAPS.index(map) - 1]
+        e = np.maximum(e, 1e-7)
+        self._line.set_ydata(e)
+        self._first.set_data([0], [e[0]])
+        j = int(np.argmax(e))
+        self._top.set_data([j], [e[j]])
+        self._pref.set_ydata(m["prefix"][window])
+        b = m["tokens"][window, j]
+        self._title.set_text(f"window {window}, {map}: position 0 holds {100 * e[0]:.2g} %; "
+                             f"largest share {e[j]:.1%} at position {j} (byte {byte_label(b)})")

@@ -1,0 +1,38 @@
+"""lipattn.book.viz.lm: Chapter 8's figures and the direction explorer's data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lipattn.book.viz import lm as lmviz
+
+
+def test_byte_label():
+    assert lmviz.byte_label(32) == "space" and lmviz.byte_label(10) == "\\n"
+    assert lmviz.byte_label(ord("a")) == "'a'" and lmviz.byte_label(7) == "0x07"
+    with pytest.raises(ValueError, match="a byte in"):
+        lmviz.byte_label(256)
+
+
+def _fake(W=5, L=4, S=3):
+    rng = np.random.default_rng(0)
+    block = 1 + rng.random((W, L))
+    return ({"block": block, "attention": rng.random((W, L)), "mlp": rng.random((W, L)),
+             "stack": block.prod(1) / 2, "product": block.prod(1)},
+            {"steps": np.array([0, 500, 1000]), "block": 1 + rng.random((S, W, L)),
+             "max_logit": rng.random((S, W, L)), "stack": 1 + rng.random((S, W))})
+
+
+def test_figures_draw_what_they_are_given():
+    meas, traj = _fake()
+    fig = lmviz.fig_constants(meas)
+    ax1, ax2 = fig.axes[:2]
+    med = np.median(meas["block"], axis=0)
+    assert np.allclose(ax1.lines[0].get_ydata(), med)
+    assert np.allclose(ax2.lines[0].get_xdata(), meas["product"])
+    fig = lmviz.fig_trajectory(traj)
+    assert np.allclose(fig.axes[1].lines[2].get_ydata(),
+                       np.median(traj["max_logit"][:, :, 2], axis=1))
+    with pytest.raises(ValueError, match="meas"):
+        lmviz.fig_constants({"block": meas["block"]})
