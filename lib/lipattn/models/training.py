@@ -171,8 +171,7 @@ def radam_rectification(steps: int, beta2: float = 0.98) -> np.ndarray:
     steps : int
         At least 1.
     beta2 : float, default 0.98
-        Adam's second-moment decay, in (0, 1), with :math:`
-ho_\infty > 4`
+        Adam's second-moment decay, in (0, 1), with :math:`\rho_\infty > 4`
         (:math:`\beta_2 > 3/5`).
 
     Returns
