@@ -226,8 +226,10 @@ CLAIMS: tuple[Claim, ...] = (
               r"Pre-LN pretraining, and in the book's small encoders they fall towards the "
               r"output."),
          Part(r"so it trains stably without warm-up.", "imprecise",
-              r"in the reason: what warm-up tames is the amplification of parameter "
-              r"changes with depth.")),
+              r"in the reason: the gradient profile is not why (Adam's first step has the "
+              r"same relative size in every layer); warm-up is usually explained by Post-LN's "
+              r"amplification of parameter changes with depth or by Adam's noisy early "
+              r"steps, and the book's rescues of failed Post-LN runs do not tell them apart.")),
         r"Xiong et al. bound the *last* layer's gradient: of order $d\sqrt{\ln d}$ for "
         r"Post-LN and $d\sqrt{\ln d/L}$ for Pre-LN. Whether the other layers' gradients "
         r"match depends on the setting; in the book's small encoders Pre-LN's fall towards "

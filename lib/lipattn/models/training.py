@@ -164,15 +164,15 @@ def radam_rectification(steps: int, beta2: float = 0.98) -> np.ndarray:
     (\rho_\infty - 2)\rho_k)}` where :math:`\rho_k > 4`, and :math:`r_t = 0`
     elsewhere: where the variance of the adaptive step is undefined, this
     version takes no step (rather than the un-adapted momentum step of the
-    paper's Algorithm 2). Exact in float64; :math:`r_t \to 1` as :math:`t \to \infty`.
+    paper's Algorithm 2; ``torch.optim.RAdam`` switches at :math:`\rho_k > 5`
+    instead of 4). Exact in float64; :math:`r_t \to 1` as :math:`t \to \infty`.
 
     Parameters
     ----------
     steps : int
         At least 1.
     beta2 : float, default 0.98
-        Adam's second-moment decay, in (0, 1), with :math:`
-ho_\infty > 4`
+        Adam's second-moment decay, in (0, 1), with :math:`\rho_\infty > 4`
         (:math:`\beta_2 > 3/5`).
 
     Returns
