@@ -131,8 +131,9 @@ def _tokens(model: Decoder, tokens: Any) -> np.ndarray:
     return as_tokens(t[None], "tokens", model.wte.shape[0], t.size)[0]
 
 
-def _windows(windows: Any, vocab: int = 256) -> np.ndarray:
-    """``windows`` as a (W, N) int array of token ids (W, N >= 1), or raise naming it."""
+def _windows(windows: Any, vocab: int = 1 << 31) -> np.ndarray:
+    """``windows`` as a (W, N) int array of token ids in [0, vocab) (W, N >= 1), or raise
+    naming it; without ``vocab`` (no model yet) each model checks its own ids later."""
     w = np.asarray(windows) if not isinstance(windows, (str, bytes)) and windows is not None \
         else windows
     n = w.shape[1] if isinstance(w, np.ndarray) and w.ndim == 2 else 1
