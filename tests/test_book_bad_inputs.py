@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["audit", "quiz", "interview", "plotting", "pretrained", "widgets", "explorers",
            "viz.collapse", "viz.collapse_explorers", "viz.lipschitz", "viz.logits",
            "viz.prenorm", "viz.real", "viz.scaling", "viz.scaling_explorers", "viz.sensitivity",
-           "viz.softmax", "viz.spectral", "viz.spectral_normalisation"]
+           "viz.softmax", "viz.spectral", "viz.spectral_normalisation", "lm", "viz.lm", "bytelm",
+           "corpus"]
 PER_CALL_S = 4.0
 
 NAN, INF = float("nan"), float("inf")
@@ -87,6 +88,10 @@ def bad_values(kind: str) -> list[tuple[str, Any, str]]:
         else:
             out += [("1e300", (1e300,), MAYBE)]
         return out
+    if kind in ("path", "outdir"):  # a directory to read ("path") or to write ("outdir")
+        out = [("int", 1, ALWAYS), ("bool", True, ALWAYS), ("float", 1.5, ALWAYS),
+               ("empty", {}, ALWAYS)]
+        return out + ([("missing", "/no/such/dir", ALWAYS)] if kind == "path" else [])
     if kind == "obj":  # results of another function, models, figures: the wrong type
         return [("None", None, ALWAYS), ("str", "x", ALWAYS), ("float", 1.5, ALWAYS),
                 ("empty", {}, ALWAYS)]
@@ -116,7 +121,7 @@ def kind_of(name: str, annotation: Any, default: Any) -> str:
 
 def _cheap() -> dict[str, dict[str, Any]]:
     """Good, cheap arguments per callable ("module.name"), built lazily."""
-    from lipattn.book import audit, pretrained, quiz
+    from lipattn.book import audit, bytelm, lm, pretrained, quiz
     from lipattn.book.viz import (
         collapse,
         lipschitz,
@@ -126,6 +131,7 @@ def _cheap() -> dict[str, dict[str, Any]]:
         spectral,
         spectral_normalisation,
     )
+    from lipattn.models import load
 
     rng = np.random.default_rng(0)
     X, W = rng.standard_normal((4, 3)), rng.standard_normal((3, 3))
@@ -140,7 +146,36 @@ def _cheap() -> dict[str, dict[str, Any]]:
     sweep = {"lrs": np.array([1e-2, 1e-1]), "seeds": np.array([0, 1]), False: arm, True: arm}
     depths, per_seed = np.array([2.0, 4.0, 8.0]), np.ones((3, 4)) * np.array([[1.0], [2], [3]])
     ts = (0.5, 1.0)
+    ck = lm.checkpoint_dir()
+    byte_model = load(ck)
+    text = (ck / "heldout.txt").read_bytes()
+    win = lm.window_tokens(text, 8, 2)
+    shipped = lm.read_measurements(lm.checkpoint_dir(weights=False), check=False)
+    meas, traj = shipped["measure"], shipped["trajectory"]
+    tiny_lm = bytelm.build(1, 8, 2, 8)[1]
     return {
+        "lm.weights_sha256": dict(path=ck),
+        "lm.window_tokens": dict(text=text, N=8, count=2),
+        "lm.attention_stats": dict(model=byte_model, tokens=win[0]),
+        "lm.window_constants": dict(model=byte_model, tokens=win[0, :4], tol=1e-3,
+                                    prefixes=(1, 4)),
+        "lm.measure": dict(model=byte_model, windows=win[:1, :4], tol=1e-3),
+        "lm.run_steps": dict(run_dir=ck),
+        "lm.trajectory": dict(checkpoints=[(0, byte_model)], windows=win[:1, :4], tol=1e-3),
+        "lm.cached_trajectory": dict(checkpoints=[(0, ck)], windows=win[:1, :4], tol=1e-3),
+        "lm.precompute": dict(path=ck, windows=1, trajectory_windows=1, N=4, tol=1e-3),
+        "lm.read_measurements": dict(path=lm.checkpoint_dir(weights=False)),
+        "lm.constants_summary": dict(meas=meas), "lm.direction_summary": dict(meas=meas),
+        "lm.uniform_first_mass": dict(N=8),
+        "lm.scale_alignment": dict(model=byte_model, meas={k: v[:2] for k, v in meas.items()}),
+        "lm.trajectory_summary": dict(traj=traj), "lm.n_parameters": dict(model=byte_model),
+        "lm.recipe": dict(args={"decay": "cosine", "min_lr": "0.0003", "clip": "1.0"}),
+        "viz.lm.byte_label": dict(b=97), "viz.lm.fig_constants": dict(meas=meas),
+        "viz.lm.fig_trajectory": dict(traj=traj),
+        "bytelm.build": dict(n_layer=1, d=8, n_head=2, context=8),
+        "bytelm.heldout_windows": dict(text=text, context=8, count=2),
+        "bytelm.heldout_bits": dict(lm=tiny_lm, windows=win, batch=1),
+        "corpus.unigram_entropy": dict(data=b"abca"),
         "viz.logits.summary": dict(sweep=sweep),
         "viz.prenorm.fig_last_layer": dict(depths=depths,
                                            grads={"post": per_seed, "pre": per_seed}, d=4),
@@ -328,6 +363,16 @@ KINDS = {
     "viz.spectral_normalisation.sn_weight_vjp.G": "array",
     "viz.spectral_normalisation.random_logit_entropies.s": "array",
     "viz.spectral_normalisation.fig_entropy_floor.Ts": "counts",
+    "lm.checkpoint_dir.name": "text", "lm.weights_sha256.path": "path",
+    "lm.attention_stats.tokens": "array", "lm.window_constants.tokens": "array",
+    "lm.window_constants.tol": "pos", "lm.window_constants.prefixes": "counts",
+    "lm.measure.windows": "array", "lm.measure.tol": "pos", "lm.run_steps.run_dir": "path",
+    "lm.trajectory.windows": "array", "lm.trajectory.tol": "pos",
+    "lm.cached_trajectory.windows": "array", "lm.cached_trajectory.tol": "pos",
+    "lm.cached_trajectory.cache": "outdir", "lm.precompute.path": "path",
+    "lm.precompute.run_dir": "path", "lm.precompute.cache": "outdir", "lm.precompute.tol": "pos",
+    "lm.read_measurements.path": "path", "bytelm.heldout_windows.text": "obj",
+    "bytelm.heldout_bits.windows": "array", "corpus.stdlib_corpus.root": "path",
 }
 
 #: Callables the sweep leaves out, with the reason.
@@ -349,6 +394,8 @@ SKIP = {
     "viz.scaling.SaturationCurves": "a record of saturation_curves",
     "viz.scaling_explorers.DExplorerData": "a record of d_explorer_data",
     "viz.softmax.SearchResult": "a record of norm_search",
+    "lm.main": "the command line (argparse)", "bytelm.main": "the command line (argparse)",
+    "bytelm.train": "trains for minutes (the command line, argparse)",
 }
 
 
@@ -371,7 +418,8 @@ def _public() -> list[tuple[str, Any]]:
 
 #: Callables whose good call takes seconds (their own tests run it): no check of it here.
 SLOW = {"pretrained.measure", "viz.sensitivity.depth_scan",
-        "viz.spectral_normalisation.tracking_summary"}
+        "viz.spectral_normalisation.tracking_summary", "lm.window_constants", "lm.measure",
+        "lm.precompute", "corpus.stdlib_corpus"}
 
 
 def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:

@@ -11,7 +11,7 @@ from lipattn.book.viz import lm as lmviz
 def test_byte_label():
     assert lmviz.byte_label(32) == "space" and lmviz.byte_label(10) == "\\n"
     assert lmviz.byte_label(ord("a")) == "'a'" and lmviz.byte_label(7) == "0x07"
-    with pytest.raises(ValueError, match="a byte in"):
+    with pytest.raises(ValueError, match=r"b must be an integer in \[0, 255\]"):
         lmviz.byte_label(256)
 
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._validate import MAX_COUNT, as_int_at_least, as_real_array
 
-__all__ = ["as_text", "as_counts", "as_reals", "as_result", "as_tokens"]
+__all__ = ["as_text", "as_counts", "as_reals", "as_result", "as_tokens", "as_dir"]
 
 
 def as_text(value: Any, name: str, *, allow_empty: bool = False) -> str:
@@ -93,3 +95,14 @@ def as_tokens(value: Any, name: str, vocab: int, n_tokens: int) -> np.ndarray:
     if arr.min() < 0 or arr.max() >= vocab:
         raise ValueError(f"{want}; got ids from {arr.min()} to {arr.max()}")
     return arr
+
+
+def as_dir(value: Any, name: str, *, exists: bool = True) -> Path:
+    """Return ``value`` (a str or path) as a ``Path``; with ``exists`` (default) it must
+    name an existing directory, or raise."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a directory (a str or path); got {type(value).__name__}")
+    path = Path(value)
+    if exists and not path.is_dir():
+        raise ValueError(f"{name} must be an existing directory; {str(path)!r} is not one")
+    return path

@@ -32,10 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validate import as_count
 from ..layers import CausalLM, Sequential, cross_entropy
 from ..models import GPT2, random_state_dict
 from ..models.training import train_stack
 from .corpus import LICENCE, SOURCE, stdlib_corpus, unigram_entropy
+from .lm import _windows, window_tokens
 
 __all__ = ["build", "heldout_windows", "heldout_bits", "train", "main"]
 
@@ -47,6 +49,7 @@ def build(n_layer: int = 4, d: int = 128, n_head: int = 4, context: int = 128, *
     """A freshly initialised float32 byte-level GPT-2 (GPT-2's init, std 0.02) and its
     trainable :class:`~lipattn.layers.CausalLM` (which shares its arrays); its
     attention computes the softmax in float32 (``keep_float32``, for training)."""
+    context = as_count(context, "context", maximum=1 << 20)
     sd = random_state_dict("gpt2", n_layer, d, n_head, vocab=256, n_pos=context, seed=seed)
     m = GPT2.from_state_dict({k: v.astype(np.float32) for k, v in sd.items()}, n_head=n_head,
                              dtype=np.float32)
@@ -70,14 +73,20 @@ def _git_commit() -> str:
 
 
 def heldout_windows(text: bytes, context: int, count: int) -> np.ndarray:
-    """``count`` evenly spaced windows of ``context + 1`` bytes, shape (count, context + 1)."""
-    a = np.frombuffer(text, np.uint8)
-    starts = np.linspace(0, a.size - context - 1, count).astype(np.int64)
-    return a[starts[:, None] + np.arange(context + 1)].astype(np.int64)
+    """``count`` evenly spaced windows of ``context + 1`` bytes, shape (count, context + 1):
+    :func:`lipattn.book.lm.window_tokens` with ``N = context + 1``."""
+    return window_tokens(text, as_count(context, "context", maximum=1 << 20) + 1, count)
 
 
 def heldout_bits(lm: CausalLM, windows: np.ndarray, batch: int = 16) -> float:
     """Mean next-byte cross-entropy in bits per byte over the windows (count, N + 1)."""
+    if not isinstance(lm, CausalLM):
+        raise TypeError(f"lm must be a CausalLM (as build returns); got {type(lm).__name__}")
+    windows = _windows(windows, lm.wte.shape[0])
+    if not 2 <= windows.shape[1] <= lm.wpe.shape[0] + 1:
+        raise ValueError(f"windows must have 2 to context + 1 = {lm.wpe.shape[0] + 1} "
+                         f"columns; got shape {windows.shape}")
+    batch = as_count(batch, "batch")
     tot = 0.0
     for i in range(0, len(windows), batch):
         w = windows[i:i + batch]

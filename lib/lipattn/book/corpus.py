@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validate import as_bool
+from ._check import as_dir
+
 __all__ = ["SOURCE", "LICENCE", "SHA256", "stdlib_corpus", "unigram_entropy"]
 
 SOURCE = "CPython 3.11.7 standard library, top-level *.py modules"
@@ -55,15 +58,16 @@ def stdlib_corpus(root: str | None = None, *, check: bool = True) -> tuple[bytes
 
     Raises
     ------
-    FileNotFoundError
+    ValueError
         No ``*.py`` file under ``root``.
     RuntimeError
         ``check`` and the text is not the book's (another Python version).
     """
-    base = Path(sysconfig.get_paths()["stdlib"] if root is None else root)
+    check = as_bool(check, "check")
+    base = Path(sysconfig.get_paths()["stdlib"]) if root is None else as_dir(root, "root")
     files = _files(base)
     if not files:
-        raise FileNotFoundError(f"root must be a directory with *.py files; got {str(base)!r}")
+        raise ValueError(f"root must be a directory with *.py files; got {str(base)!r}")
     parts: dict[str, list[bytes]] = {"train": [], "heldout": []}
     for p in files:
         part = "heldout" if zlib.crc32(p.name.encode()) % 10 == 0 else "train"

@@ -42,11 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import as_count, as_counts, as_seed, as_tol
+from .._validate import as_bool, as_count, as_counts, as_seed, as_tol
 from ..layers.attention import attention_logits
 from ..models import load
 from ..models.decoder import Decoder
-from ._check import as_tokens
+from ._check import as_dir, as_result, as_tokens
 
 __all__ = ["DATA", "MEASUREMENTS", "NAME", "PREFIXES", "checkpoint_dir", "weights_sha256",
            "window_tokens", "attention_stats", "window_constants", "measure", "run_steps",
@@ -72,6 +72,7 @@ def checkpoint_dir(name: str = NAME, *, weights: bool = True) -> Path:
     raises FileNotFoundError naming the path otherwise."""
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ValueError(f"name must be a directory name under {DATA}; got {name!r}")
+    weights = as_bool(weights, "weights")
     path = DATA / name
     if not weights:
         if not (path / MEASUREMENTS).is_file():
@@ -87,7 +88,9 @@ def checkpoint_dir(name: str = NAME, *, weights: bool = True) -> Path:
 
 def weights_sha256(path: str | os.PathLike) -> str:
     """SHA-256 (hex) of ``path/model.safetensors``: which weights a measurement belongs to."""
-    f = Path(path) / "model.safetensors"
+    f = as_dir(path, "path") / "model.safetensors"
+    if not f.is_file():
+        raise ValueError(f"path must be a checkpoint directory; {f} does not exist")
     h = hashlib.sha256()
     with open(f, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -126,6 +129,26 @@ def _tokens(model: Decoder, tokens: Any) -> np.ndarray:
         raise ValueError(f"tokens must be a 1-D array of 1 to {n_pos} token ids (the model's "
                          f"context); got shape {t.shape}")
     return as_tokens(t[None], "tokens", model.wte.shape[0], t.size)[0]
+
+
+def _windows(windows: Any, vocab: int = 1 << 31) -> np.ndarray:
+    """``windows`` as a (W, N) int array of token ids in [0, vocab) (W, N >= 1), or raise
+    naming it; without ``vocab`` (no model yet) each model checks its own ids later."""
+    w = np.asarray(windows) if not isinstance(windows, (str, bytes)) and windows is not None \
+        else windows
+    n = w.shape[1] if isinstance(w, np.ndarray) and w.ndim == 2 else 1
+    if isinstance(w, np.ndarray) and w.ndim == 2 and n == 0:
+        raise ValueError(f"windows must have shape (W, N) with W, N >= 1; got shape {w.shape}")
+    return as_tokens(w, "windows", vocab, n).astype(np.int64)
+
+
+def _pairs(checkpoints: Any) -> list:
+    """``checkpoints`` as a list of (step, model or directory) pairs, or raise naming it."""
+    if not isinstance(checkpoints, (list, tuple)) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 for p in checkpoints):
+        raise TypeError("checkpoints must be a list of (step, model or directory) pairs; got "
+                        f"{type(checkpoints).__name__}")
+    return [(as_count(s, "checkpoints' step", minimum=0), m) for s, m in checkpoints]
 
 
 def attention_stats(model: Any, tokens: Any) -> dict:
@@ -245,9 +268,8 @@ def measure(model: Any, windows: Any, *, tol: float = 1e-6, seed: int = 0,
     """:func:`window_constants` of every window, stacked: each key gets a leading
     axis of length ``len(windows)``; ``tokens`` (W, N) is added."""
     model = _check_model(model)
-    w = np.asarray(windows)
-    if w.ndim != 2 or w.shape[0] == 0:
-        raise ValueError(f"windows must have shape (W, N) with W >= 1; got shape {w.shape}")
+    w = _windows(windows, model.wte.shape[0])
+    tol, seed, progress = as_tol(tol), as_seed(seed), as_bool(progress, "progress")
     runs = []
     for k, tok in enumerate(w):
         runs.append(window_constants(model, tok, tol=tol, seed=seed))
@@ -260,10 +282,7 @@ def measure(model: Any, windows: Any, *, tol: float = 1e-6, seed: int = 0,
 
 def run_steps(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """The ``step-XXXXXX`` checkpoint directories of a training run, sorted by step."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise FileNotFoundError(f"run_dir must be a directory of step-XXXXXX checkpoints; "
-                                f"{run} does not exist")
+    run = as_dir(run_dir, "run_dir")
     out = []
     for p in run.iterdir():
         m = _STEP_DIR.match(p.name)
@@ -289,10 +308,8 @@ def trajectory(checkpoints: Any, windows: Any, *, tol: float = 1e-6, seed: int =
         entering each block; ``stack`` (S, W); ``product`` (S, W); ``max_logit``
         (S, W, L) and ``first_mass`` (S, W, L, h) as in :func:`attention_stats`.
     """
-    w = np.asarray(windows)
-    if w.ndim != 2 or w.shape[0] == 0:
-        raise ValueError(f"windows must have shape (W, N) with W >= 1; got shape {w.shape}")
-    tol, seed = as_tol(tol), as_seed(seed)
+    checkpoints, w = _pairs(checkpoints), _windows(windows)
+    tol, seed, progress = as_tol(tol), as_seed(seed), as_bool(progress, "progress")
     steps, block, stack, logit, first = [], [], [], [], []
     for step, m in checkpoints:
         model = _check_model(load(m) if isinstance(m, (str, os.PathLike)) else m)
@@ -343,7 +360,9 @@ def cached_trajectory(checkpoints: Any, windows: Any, *, tol: float = 1e-6,
     or None for no cache) under its step, the SHA-256 of its weights and a hash of
     the windows and ``tol``, so that a re-run measures only new checkpoints.
     ``checkpoints``: (step, checkpoint directory) pairs."""
-    wt = np.asarray(windows)
+    checkpoints, wt = _pairs(checkpoints), _windows(windows)
+    tol, progress = as_tol(tol), as_bool(progress, "progress")
+    cache = None if cache is None else as_dir(cache, "cache", exists=False)
     key = hashlib.sha256(np.ascontiguousarray(wt, dtype=np.int64).tobytes()
                          + repr(float(tol)).encode()).hexdigest()[:16]
     parts = []
@@ -375,7 +394,10 @@ def precompute(path: str | os.PathLike, *, run_dir: str | os.PathLike | None = N
     trajectory is kept (keyed by the step's weights and the windows), so that a
     re-run measures only new checkpoints. Returns a JSON-able dict with ``sha256``
     of the weights, the arguments and the seconds each part took."""
-    path = Path(path)
+    path = as_dir(path, "path")
+    run_dir = None if run_dir is None else as_dir(run_dir, "run_dir")
+    cache = None if cache is None else as_dir(cache, "cache", exists=False)
+    tol, progress = as_tol(tol), as_bool(progress, "progress")
     windows = as_count(windows, "windows", maximum=4096)
     trajectory_windows = as_count(trajectory_windows, "trajectory_windows", maximum=windows)
     model = load(path)
@@ -403,7 +425,9 @@ def read_measurements(path: str | os.PathLike, *, check: bool = True) -> dict:
     """The JSON :func:`precompute` wrote at ``path/measurements.json``, lists as arrays;
     with ``check`` (default) compared with the weights in ``path`` (their SHA-256):
     a ValueError if they differ."""
-    path = Path(path)
+    path, check = as_dir(path, "path"), as_bool(check, "check")
+    if not (path / MEASUREMENTS).is_file():
+        raise ValueError(f"path must hold {MEASUREMENTS}; {path / MEASUREMENTS} does not exist")
     data = json.loads((path / MEASUREMENTS).read_text())
     if not check:
         return _arrays(data)
@@ -433,8 +457,7 @@ def n_parameters(model: Any) -> int:
 def recipe(args: dict) -> str:
     """The learning-rate schedule and regularisers of ``training.json``'s ``args``
     (as :mod:`lipattn.book.bytelm` records them, strings), in words."""
-    if not isinstance(args, dict):
-        raise TypeError(f"args must be training.json's 'args' dict; got {type(args).__name__}")
+    args = as_result(args, "args", ("decay",), producer="training.json's 'args'")
     num = lambda k: None if args.get(k, "None") in ("None", None) else float(args[k])  # noqa: E731
     if args.get("decay") == "cosine":
         lo = num("min_lr")
@@ -470,6 +493,9 @@ def constants_summary(meas: dict) -> dict[str, float]:
     ``pref_slope_{med,lo,hi}`` (log-log slope of the prefix constant from k = 8
     to the longest prefix).
     """
+    meas = as_result(meas, "meas", ("block", "attention", "mlp", "heads", "stack", "stack_final",
+                                    "product", "head_sum", "head_sqrt", "attn_exact", "prefix",
+                                    "prefix_k"), producer="measure")
     out: dict[str, float] = {}
     rows = {"block": meas["block"], "attention": meas["attention"], "mlp": meas["mlp"],
             "head": np.asarray(meas["heads"]).max(axis=2)}
@@ -531,6 +557,8 @@ def direction_summary(meas: dict) -> dict[str, Any]:
     three (byte, windows, frequency among all bytes) for the bytes found most
     often at the largest-share position.
     """
+    meas = as_result(meas, "meas", ("energy", "tokens", "block_energy", "first_mass"),
+                     producer="measure")
     En, tok = np.asarray(meas["energy"]), np.asarray(meas["tokens"])
     W, N = tok.shape
     e0 = En[:, 0]
@@ -577,6 +605,7 @@ def scale_alignment(model: Any, meas: dict) -> dict[str, float]:
     the largest :math:`1/s_i` over the median :math:`1/s_i`).
     """
     model = _check_model(model)
+    meas = as_result(meas, "meas", ("energy", "tokens"), producer="measure")
     En, tok = np.asarray(meas["energy"]), np.asarray(meas["tokens"])
     rank = lambda x: np.argsort(np.argsort(x, kind="stable"), kind="stable")  # noqa: E731
     match, rho, ratio = 0, [], []
@@ -597,6 +626,8 @@ def trajectory_summary(traj: dict) -> dict[str, float]:
     absolute logit); ``tr_st_0``/``_T``/``_peak``/``_peak_step`` (stack);
     ``tr_logit_max`` (the largest median logit of any layer and checkpoint);
     ``tr_logit_up`` (layers whose last median logit exceeds their first)."""
+    traj = as_result(traj, "traj", ("steps", "block", "max_logit", "stack"),
+                     producer="trajectory")
     steps = np.asarray(traj["steps"])
     blk = np.median(np.asarray(traj["block"]), axis=1)
     lg = np.median(np.asarray(traj["max_logit"]), axis=1)

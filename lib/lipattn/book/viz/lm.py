@@ -12,6 +12,7 @@ from functools import lru_cache
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..._validate import as_int_at_least
 from .. import lm as _lm
 from .. import plotting
 from .._check import as_result
@@ -27,9 +28,7 @@ MAPS = ("stack", "block 1", "block 2", "block 3", "block 4")
 
 def byte_label(b: int) -> str:
     """A byte as the reader would name it: ``'a'``, ``space``, ``\\n``, or ``0x07``."""
-    b = int(b)
-    if not 0 <= b < 256:
-        raise ValueError(f"b must be a byte in [0, 256); got {b}")
+    b = as_int_at_least(b, "b", 0, 255)
     names = {32: "space", 10: "\\n", 9: "\\t", 13: "\\r"}
     if b in names:
         return names[b]
