@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lipattn.models import encoder, training
+from lipattn.models import encoder, optim, training
 from lipattn.softmax import softmax
 
 KW = {"layers": 2, "d": 16, "vocab": 16, "n_tokens": 8, "batch": 4}
@@ -144,7 +144,7 @@ def test_adam_matches_the_written_out_rule():
     p = {"w": rng.standard_normal((3, 2))}
     start = p["w"].copy()
     gs = [rng.standard_normal((3, 2)) for _ in range(4)]
-    opt = training.Adam(p, 0.1, betas=(0.8, 0.9))
+    opt = optim.Adam(p, 0.1, betas=(0.8, 0.9))
     for g in gs:
         opt.step({"w": g})
     np.testing.assert_allclose(p["w"], _adam_reference(start, gs, 0.1, 0.8, 0.9), rtol=1e-13)
@@ -153,7 +153,7 @@ def test_adam_matches_the_written_out_rule():
     with pytest.raises(ValueError, match=r"grads\['w'\] must have the parameter's shape"):
         opt.step({"w": np.zeros(2)})
     with pytest.raises(ValueError, match="lr"):
-        training.Adam(p, 0.0)
+        optim.Adam(p, 0.0)
 
 
 def test_train_stack_steps_the_book_encoder_by_its_backward():
@@ -222,7 +222,7 @@ def test_radam_rectification_matches_the_ema_as_a_simple_moving_average():
     ratio of the adaptive step's variances, rho/((rho - 2)(rho - 4)), at infinity and
     at k. Loop re-implementation of the definitions; zero where rho_k <= 4."""
     b2, steps = 0.98, 400
-    r = training.radam_rectification(steps, b2)
+    r = optim.radam_rectification(steps, b2)
     def var(rho):
         return rho / ((rho - 2) * (rho - 4))
     rho_inf = (1 + b2) / (1 - b2)
@@ -234,18 +234,18 @@ def test_radam_rectification_matches_the_ema_as_a_simple_moving_average():
         want = np.sqrt(var(rho_inf) / var(rho)) if rho > 4 else 0.0
         assert r[t] == pytest.approx(want, rel=1e-9, abs=1e-12)
     assert np.all(r[:4] == 0) and r[4] > 0 and np.all(np.diff(r[4:]) > 0) and r[-1] < 1
-    assert training.radam_rectification(10**5, 0.9)[-1] == pytest.approx(1.0, abs=1e-6)
+    assert optim.radam_rectification(10**5, 0.9)[-1] == pytest.approx(1.0, abs=1e-6)
     for bad in (0.5, 1.0, 0.0, True, "x"):
         with pytest.raises((ValueError, TypeError), match="beta2"):
-            training.radam_rectification(3, bad)
+            optim.radam_rectification(3, bad)
     with pytest.raises((ValueError, TypeError), match="steps"):
-        training.radam_rectification(0)
+        optim.radam_rectification(0)
 
 
 # -- the schedule, decoupled weight decay and clipping ------------------------
 def test_learning_rate_is_the_closed_form_warm_up_then_cosine():
     lr, lo, w, T = 3e-3, 3e-4, 10, 111
-    rates = np.array([training.learning_rate(t, lr, w, schedule="cosine", steps=T, min_lr=lo)
+    rates = np.array([optim.learning_rate(t, lr, w, schedule="cosine", steps=T, min_lr=lo)
                       for t in range(T + 5)])
     t = np.arange(T + 5)
     u = np.clip((t - w) / (T - 1 - w), 0, 1)
@@ -254,14 +254,14 @@ def test_learning_rate_is_the_closed_form_warm_up_then_cosine():
     assert rates[w - 1] == rates[w] == lr and rates[T - 1] == lo  # the peak, then the floor
     assert np.all(np.diff(rates[w:T]) < 0) and np.all(rates[T:] == lo)
     # half-way through the decay the rate is the mean of peak and floor
-    mid = training.learning_rate(w + (T - 1 - w) // 2, lr, w, schedule="cosine", steps=T,
+    mid = optim.learning_rate(w + (T - 1 - w) // 2, lr, w, schedule="cosine", steps=T,
                                  min_lr=lo)
     assert mid == pytest.approx((lr + lo) / 2, rel=1e-12)
     # "constant" is the rule Adam always had, bit for bit
     for warm in (0, 7):
         for s in range(20):
             old = lr * (min(1.0, (s + 1) / warm) if warm else 1.0)
-            assert training.learning_rate(s, lr, warm) == old
+            assert optim.learning_rate(s, lr, warm) == old
 
 
 def _adamw_reference(p, grads, *, lr, warmup, steps, min_lr, wd, clip, b1=0.9, b2=0.98):
@@ -297,7 +297,7 @@ def test_adamw_matches_a_plain_loop(clip):
     start = {k: v.copy() for k, v in p.items()}
     grads = [{k: rng.standard_normal(v.shape) for k, v in p.items()} for _ in range(12)]
     kw = {"lr": 0.05, "warmup": 3, "steps": 12, "min_lr": 0.005}
-    opt = training.Adam(p, kw["lr"], warmup=3, schedule="cosine", steps=12, min_lr=0.005,
+    opt = optim.Adam(p, kw["lr"], warmup=3, schedule="cosine", steps=12, min_lr=0.005,
                         weight_decay=0.3, clip=clip)
     norms = []
     for g in grads:
@@ -312,7 +312,7 @@ def test_adamw_matches_a_plain_loop(clip):
         assert max(norms) > clip  # the clip acted
     # the decay touches the matrices only: a zero gradient leaves b unchanged, W shrinks
     q = {"W": np.ones((2, 2)), "b": np.ones(2)}
-    opt = training.Adam(q, 0.1, weight_decay=0.5)
+    opt = optim.Adam(q, 0.1, weight_decay=0.5)
     opt.step({"W": np.zeros((2, 2)), "b": np.zeros(2)})
     assert np.all(q["b"] == 1) and np.allclose(q["W"], 1 - 0.1 * 0.5)
 
@@ -347,18 +347,18 @@ def test_train_stack_defaults_are_bit_identical_to_plain_adam():
     ({"clip": 0.0}, "clip"), ({"clip": float("inf")}, "clip"), ({"steps": 0}, "steps")])
 def test_adam_rejects_bad_schedule_arguments_by_name(kw, name):
     with pytest.raises(ValueError, match=name):
-        training.Adam({"w": np.zeros((2, 2))}, 0.1, **kw)
+        optim.Adam({"w": np.zeros((2, 2))}, 0.1, **kw)
     if name != "clip" and name != "weight_decay":
         with pytest.raises(ValueError, match=name):
-            training.learning_rate(0, 0.1, **kw)
+            optim.learning_rate(0, 0.1, **kw)
 
 
 def test_learning_rate_rejects_bad_steps_by_name():
     for t, name in ((-1, "t"), (1.5, "t"), (True, "t")):
         with pytest.raises((ValueError, TypeError), match=name):
-            training.learning_rate(t, 0.1)
+            optim.learning_rate(t, 0.1)
     with pytest.raises(ValueError, match="lr"):
-        training.learning_rate(0, 0.0)
+        optim.learning_rate(0, 0.0)
 
 
 def test_train_stack_hands_out_its_optimizer():
@@ -370,7 +370,7 @@ def test_train_stack_hands_out_its_optimizer():
     training.train_stack(ln, lambda t: (X, None), lambda Y, _: (float((Y ** 2).sum()), 2 * Y),
                          steps=5, lr=1e-2, warmup=2, schedule="cosine", min_lr=1e-3,
                          callback=lambda t, v: rates.append(opt[0].rate), optimizer=opt)
-    assert rates == [training.learning_rate(t, 1e-2, 2, schedule="cosine", steps=5,
+    assert rates == [optim.learning_rate(t, 1e-2, 2, schedule="cosine", steps=5,
                                             min_lr=1e-3) for t in range(5)]
     with pytest.raises(TypeError, match="optimizer"):
         training.train_stack(ln, lambda t: (X, None), lambda Y, _: (0.0, Y), steps=1, lr=1e-2,

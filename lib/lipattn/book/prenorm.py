@@ -376,7 +376,7 @@ def scaled_updates(scales: dict) -> Callable:
         ``"unembed"``; ``None`` for every parameter) are multiplied by ``factor``
         (a finite real >= 0; 0 freezes them) at steps ``0, ..., steps - 1``; or, if
         ``factor`` is a sequence of ``steps`` such reals, by ``factor[t]`` at step
-        ``t`` (a schedule: a short warm-up, :func:`lipattn.models.training.radam_rectification`).
+        ``t`` (a schedule: a short warm-up, :func:`lipattn.models.optim.radam_rectification`).
         Runs not listed are left alone.
 
     Returns

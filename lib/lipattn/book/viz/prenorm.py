@@ -18,7 +18,8 @@ from matplotlib.ticker import NullFormatter
 from ..._validate import as_count, as_int_at_least, as_positive_float, as_seed
 from ...layernorm import layer_norm_jacobian_norm
 from ...models.encoder import MATRICES
-from ...models.training import TrainResult, radam_rectification, train_reversal
+from ...models.optim import radam_rectification
+from ...models.training import TrainResult, train_reversal
 from .. import plotting
 from .._check import as_reals, as_result, as_text
 from ..prenorm import InitProfile, fit_power, init_profile, intervention_runs
