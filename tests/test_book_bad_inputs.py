@@ -418,8 +418,8 @@ def _public() -> list[tuple[str, Any]]:
 
 #: Callables whose good call takes seconds (their own tests run it): no check of it here.
 SLOW = {"pretrained.measure", "viz.sensitivity.depth_scan",
-        "viz.spectral_normalisation.tracking_summary", "viz.logits.longer_runs", "lm.window_constants", "lm.measure",
-        "lm.precompute", "corpus.stdlib_corpus"}
+        "viz.spectral_normalisation.tracking_summary", "viz.logits.longer_runs",
+        "lm.window_constants", "lm.measure", "lm.precompute", "corpus.stdlib_corpus"}
 
 
 def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:
