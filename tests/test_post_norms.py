@@ -216,3 +216,16 @@ def test_olmo2_style_sublayer_on_the_two_sided_family(t):
     assert abs(exact - fd) < 1e-4 * fd
     assert exact >= low * (1 - 1e-9)
     assert low >= 2 * t / (3 * eps)
+
+
+def test_identity_branch_attains_the_local_bound_everywhere():
+    d, eps = 5, 1e-3
+    F = Residual(RMSNorm(np.ones(d), eps))
+    rng = np.random.default_rng(8)
+    for mu in (0.0, 1e-5, 1e-3, 1.0, 50.0):
+        x = rng.standard_normal((1, d))
+        x *= math.sqrt(d * mu) / np.linalg.norm(x)
+        fd = fd_jacobian(lambda v: v + rms_ref(v, np.ones(d), eps), x, h=1e-7)
+        want = 1 + 1 / math.sqrt(mu + eps)
+        assert abs(np.linalg.norm(fd, 2) / want - 1) < 1e-6
+        assert abs(layer_lipschitz(F, x).value / want - 1) < 1e-10
