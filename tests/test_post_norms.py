@@ -202,14 +202,18 @@ def test_gemma2_attention_sublayer_local_bound(scale):
 
 
 @pytest.mark.parametrize("t", [1.0, 10.0, 100.0])
-def test_olmo2_style_sublayer_on_the_two_sided_family(t):
+@pytest.mark.parametrize("mask", [None, "causal"])
+def test_olmo2_style_sublayer_on_the_two_sided_family(t, mask):
     eps = 1e-4                         # both norms; large enough for differences
     I2 = np.eye(2)
     attn = StabilisedAttention(I2, I2, I2, I2, qk_norm="rms", qk_norm_over="all",
-                               qk_norm_eps=eps)
+                               qk_norm_eps=eps, mask=mask)
     sub = Residual(Sequential([attn, RMSNorm(np.ones(2), eps)]))
     X = adversarial.two_sided_tokens(t)
-    assert np.allclose(attn.forward(X)[0][0], 0)          # the origin's output is 0
+    origin = 0
+    if mask == "causal":               # the origin token last: its row sees all three
+        X, origin = X[[1, 2, 0]], 2
+    assert np.allclose(attn.forward(X)[0][origin], 0)     # the origin's output is 0
     low = 1 + stab.qk_norm_two_sided_lower(t, eps) / math.sqrt(eps)
     fd = np.linalg.norm(fd_jacobian(fwd(sub), X, h=1e-9), 2)
     exact = layer_lipschitz(sub, X).value
