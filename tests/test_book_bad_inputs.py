@@ -371,7 +371,8 @@ KINDS = {
     "lm.cached_trajectory.windows": "array", "lm.cached_trajectory.tol": "pos",
     "lm.cached_trajectory.cache": "outdir", "lm.precompute.path": "path",
     "lm.precompute.run_dir": "path", "lm.precompute.cache": "outdir", "lm.precompute.tol": "pos",
-    "lm.read_measurements.path": "path", "bytelm.heldout_windows.text": "obj",
+    "lm.read_measurements.path": "path", "lm.recipe.lang": "choice",
+    "viz.lm.byte_label.lang": "choice", "bytelm.heldout_windows.text": "obj",
     "bytelm.heldout_bits.windows": "array", "corpus.stdlib_corpus.root": "path",
 }
 
