@@ -306,7 +306,9 @@ KINDS = {
     "audit.claim.number": "count", "audit.claim_box.number": "count",
     "audit.section_label.number": "count",
     "audit.interview_answer.chapter": "choice", "audit.interview_answer.lang": "choice",
-    "audit.traps.lang": "choice", "quiz.Quiz.lang": "choice",
+    "audit.traps.lang": "choice", "audit.scale_list.lang": "choice",
+    "audit.verdict_table.lang": "choice", "audit.claim_box.lang": "choice",
+    "quiz.Quiz.lang": "choice",
     "quiz.Quiz.from_yaml.lang": "choice", "quiz.Quiz.from_yaml.path": "obj",
     "quiz.Quiz.from_yaml.select": "counts",
     "interview.load.chapter": "choice", "interview.stale_fields.chapter": "choice",
@@ -371,7 +373,8 @@ KINDS = {
     "lm.cached_trajectory.windows": "array", "lm.cached_trajectory.tol": "pos",
     "lm.cached_trajectory.cache": "outdir", "lm.precompute.path": "path",
     "lm.precompute.run_dir": "path", "lm.precompute.cache": "outdir", "lm.precompute.tol": "pos",
-    "lm.read_measurements.path": "path", "bytelm.heldout_windows.text": "obj",
+    "lm.read_measurements.path": "path", "lm.recipe.lang": "choice",
+    "viz.lm.byte_label.lang": "choice", "bytelm.heldout_windows.text": "obj",
     "bytelm.heldout_bits.windows": "array", "corpus.stdlib_corpus.root": "path",
 }
 

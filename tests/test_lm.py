@@ -207,6 +207,13 @@ def test_recipe_and_parameter_count(ckpt):
                    "clip": "1.0"})
     assert r == ("a cosine decay to 0.0003, decoupled weight decay 0.1, "
                  "gradient clipping at norm 1")
+    assert lm.recipe({"decay": "constant"}, "zh") == "此后学习率保持不变"
+    r_zh = lm.recipe({"decay": "cosine", "min_lr": "0.0003", "weight_decay": "0.1",
+                      "clip": "1.0"}, lang="zh")
+    assert r_zh == "余弦衰减到 0.0003，解耦权重衰减 0.1，梯度范数裁剪到 1"
+    assert lm.recipe({"decay": "cosine"}, "zh") == "余弦衰减到峰值的十分之一"
+    with pytest.raises(ValueError, match="lang must be one of"):
+        lm.recipe({"decay": "constant"}, "fr")
     sd = random_state_dict("gpt2", L, D, HEADS, vocab=256, n_pos=CTX)
     n = sum(v.size for v in sd.values())
     assert lm.n_parameters(load(ckpt)) == n

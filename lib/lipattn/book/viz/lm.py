@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..._validate import as_int_at_least
+from ..._validate import as_choice, as_int_at_least
 from .. import lm as _lm
 from .. import plotting
 from .._check import as_result
@@ -26,10 +26,12 @@ EXPLORER_WINDOWS = 16
 MAPS = ("stack", "block 1", "block 2", "block 3", "block 4")
 
 
-def byte_label(b: int) -> str:
-    """A byte as the reader would name it: ``'a'``, ``space``, ``\\n``, or ``0x07``."""
+def byte_label(b: int, lang: str = "en") -> str:
+    """A byte as the reader would name it: ``'a'``, ``space``, ``\\n``, or ``0x07``
+    (``lang="zh"``: the same, with ``空格`` for the space)."""
     b = as_int_at_least(b, "b", 0, 255)
-    names = {32: "space", 10: "\\n", 9: "\\t", 13: "\\r"}
+    space = "空格" if as_choice(lang, "lang", ("en", "zh")) == "zh" else "space"
+    names = {32: space, 10: "\\n", 9: "\\t", 13: "\\r"}
     if b in names:
         return names[b]
     return repr(chr(b)) if 33 <= b < 127 else f"0x{b:02x}"
