@@ -46,7 +46,7 @@ class CausalLM:
                     and np.issubdtype(a.dtype, np.floating)):
                 raise TypeError(f"{name} must be a 2-D float ndarray; got "
                                 f"{type(a).__name__} {getattr(a, 'shape', '')}")
-        if wpe is not None and wpe.shape[1] != wte.shape[1] or wpe.dtype != wte.dtype:
+        if wpe is not None and (wpe.shape[1] != wte.shape[1] or wpe.dtype != wte.dtype):
             raise ValueError(f"wpe must have shape (n_pos, {wte.shape[1]}) and dtype {wte.dtype} "
                              f"to match wte; got {wpe.shape}, {wpe.dtype}")
         self.wte, self.wpe, self.body = wte, wpe, body
