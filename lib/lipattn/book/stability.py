@@ -1,0 +1,309 @@
+r"""Training stability of tiny byte-level decoders, with and without QK-norm.
+
+A sweep in the manner of :cite:t:`wortsman2024small`, on the book's real text
+(:func:`lipattn.book.corpus.stdlib_corpus`): tiny Llama-layout decoders
+(RMSNorm, SwiGLU, RoPE, tied embedding, no position embedding), trained on
+bytes, without QK-norm or with Qwen 3's per-head RMSNorm of queries and keys
+(learned gains ``q_norm``, ``k_norm`` of shape (d_h,), before RoPE), at peak
+learning rates from comfortable to too large, with and without the three
+mitigations of Wortsman et al.:
+
+- a linear warm-up over ``warmup_frac`` of the steps (without: none);
+- decoupled weight decay of the matrices and embeddings, *independent* of the
+  peak rate: each step multiplies them by :math:`1 - \lambda\,\eta_t/\eta`
+  (:class:`lipattn.models.optim.Adam`'s ``weight_decay = lambda / lr``);
+- the z-loss :math:`c\,\overline{(\log Z)^2}` of the readout
+  (:func:`lipattn.layers.cross_entropy`'s ``z_loss``).
+
+Everything else is shared: Adam :math:`(0.9, 0.98)`, a constant rate after the
+warm-up, batches of ``batch`` windows of ``context`` bytes, float32 weights,
+the softmax in float32. Runs with the same seed share their initialisation and
+their batches, so QK-norm on/off and mitigations on/off are paired
+interventions.
+
+Per run, every ``eval_every`` steps on fixed held-out windows: the held-out
+bits/byte, the largest attention logit :math:`\max |T_{ij}|` of each layer over
+the causal entries, and with QK-norm the bound
+:math:`\max_i |g_{q,i}| \max_i |g_{k,i}| \sqrt{d_h}` of each layer, which no logit
+can exceed (:func:`gain_bound`). A run *diverges* when a forward or backward
+pass overflows or produces a non-finite value (caught as
+:class:`FloatingPointError`, before any NaN exists; the run stops there), and
+*spikes* when its held-out bits/byte rises more than ``spike`` above its running
+minimum at some evaluation. For a few runs, the exact local Lipschitz constant of
+the stack of blocks (:meth:`lipattn.models.decoder.Decoder.local_lipschitz`) on
+held-out windows at checkpoints.
+
+Run ``python -m lipattn.book.stability --help``; the book's results are
+``data/stability.json`` (arguments and git commit recorded in it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .._validate import as_bool, as_count, as_seed
+from ..layers import CausalLM, Sequential, attention_logits, cross_entropy
+from ..models import Llama, random_state_dict
+from ..models.blocks import Layout, build_block, build_final
+from ..models.training import train_stack
+from .bytelm import _git_commit, heldout_bits, heldout_windows
+from .corpus import stdlib_corpus
+
+__all__ = ["build", "gain_bound", "max_logits", "train_run", "summarise", "main",
+           "DATA"]
+
+DATA = Path(__file__).resolve().parent / "data" / "stability.json"
+LN2 = math.log(2.0)
+
+
+class _Diverged(Exception):
+    pass
+
+
+def build(qk_norm: bool = False, n_layer: int = 2, d: int = 64, n_head: int = 4, *,
+          seed: int = 0) -> tuple[Llama, CausalLM]:
+    """A fresh float32 byte-level Llama-layout decoder (Llama's init, std 0.02; QK-norm
+    gains 1) and its trainable :class:`~lipattn.layers.CausalLM` (tied readout, no
+    position embedding), sharing its arrays; ``qk_norm``: Qwen 3's per-head
+    RMSNorm of queries and keys with learned gains. The attention computes its
+    softmax in float32 (``keep_float32``, for training)."""
+    qk_norm = as_bool(qk_norm, "qk_norm")
+    n_layer, n_head = as_count(n_layer, "n_layer", 1, 16), as_count(n_head, "n_head", 1)
+    d = as_count(d, "d", 2, 1024)
+    if d % n_head or (d // n_head) % 2:
+        raise ValueError(f"n_head must divide d = {d} into even heads; got n_head = {n_head}")
+    sd = random_state_dict("llama", n_layer, d, n_head, vocab=256, seed=as_seed(seed))
+    dh = d // n_head
+    lay = Layout("qwen3" if qk_norm else "llama", "llama", d, n_layer, n_head, n_head, dh,
+                 sd["layers.0.mlp.gate_proj.weight"].shape[0], 256, 1e-6, "silu",
+                 qk_norm=qk_norm, rope_theta=10000.0)
+    if qk_norm:
+        for i in range(n_layer):
+            sd[f"layers.{i}.self_attn.q_norm.weight"] = np.ones(dh)
+            sd[f"layers.{i}.self_attn.k_norm.weight"] = np.ones(dh)
+    sd = {k: v.astype(np.float32) for k, v in sd.items()}
+    get = lambda name, shape: sd[name]  # noqa: E731
+    blocks = [build_block(lay, get, i) for i in range(n_layer)]
+    m = Llama(blocks, build_final(lay, get), n_head=n_head, n_kv_head=n_head,
+              dtype=np.float32)
+    m.embed_tokens, m.rope_theta, m.eps = sd["embed_tokens.weight"], 10000.0, 1e-6
+    m.embed_scale, m.model_type = None, lay.model_type
+    for b in m.blocks:
+        b.attn.keep_float32 = True
+    return m, CausalLM(m.embed_tokens, None, Sequential(list(m.blocks) + [m.final]))
+
+
+def gain_bound(model: Llama) -> np.ndarray:
+    r"""Per layer, :math:`\max_i |g_{q,i}|\,\max_i |g_{k,i}|\,\sqrt{d_h}`: a bound on
+    every attention logit of a Qwen-3-style layer, shape (n_layer,) (exact, float64).
+
+    The RMS-normalised head :math:`\hat q = q/\sqrt{\overline{q^2} + \epsilon}` has
+    :math:`\|\hat q\|_2 < \sqrt{d_h}`; the gain gives :math:`\|g \odot \hat q\|_2 \le
+    \max|g|\,\sqrt{d_h}`, RoPE is a rotation, and Cauchy--Schwarz bounds
+    :math:`|\langle q, k\rangle|/\sqrt{d_h}` by the product. ValueError for a
+    model without QK-norm.
+    """
+    if not isinstance(model, Llama) or model.blocks[0].attn.q_norm is None:
+        raise ValueError("model must be a Llama-layout decoder with QK-norm "
+                         "(build(qk_norm=True))")
+    out = []
+    for b in model.blocks:
+        a = b.attn
+        gq = np.abs(a.q_norm.g.astype(np.float64)).max()
+        gk = np.abs(a.k_norm.g.astype(np.float64)).max()
+        s = 1.0 / math.sqrt(a.head_dim) if a.scale is None else a.scale
+        out.append(gq * gk * a.head_dim * s)
+    return np.array(out)
+
+
+def max_logits(model: Llama, windows: np.ndarray) -> np.ndarray:
+    r"""The largest attention logit :math:`\max |T_{ij}|` (causal entries, every head
+    and window) of each layer, shape (n_layer,), for token ids ``windows`` of shape
+    (count, N); exact for the float32 forward pass (training's)."""
+    if not isinstance(model, Llama):
+        raise TypeError(f"model must be a Llama (as build returns); got "
+                        f"{type(model).__name__}")
+    t = np.asarray(windows)
+    if t.ndim != 2 or not np.issubdtype(t.dtype, np.integer) or t.size == 0 \
+            or t.min() < 0 or t.max() >= model.embed_tokens.shape[0]:
+        raise ValueError(f"windows must be a non-empty (count, N) array of byte ids; got "
+                         f"shape {t.shape}")
+    X = model.embed_tokens[t]
+    N = t.shape[1]
+    causal = np.tril(np.ones((N, N), bool))
+    out = []
+    for b in model.blocks:
+        _, st = b.attn.forward(b.norm_1.forward(X)[0])
+        T = attention_logits(st.core.Q, st.core.K, scale=st.core.scale)
+        out.append(float(np.abs(T[..., causal]).max()))
+        X = b.forward(X)[0]
+    return np.array(out)
+
+
+def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: int = 1000,
+              n_layer: int = 2, d: int = 64, n_head: int = 4, context: int = 64,
+              batch: int = 16, eval_every: int = 25, eval_windows: int = 16,
+              warmup_frac: float = 0.1, decay: float = 1e-3, z_loss: float = 1e-4,
+              keep_at: tuple = (), const_windows: int = 0, corpus=None) -> dict:
+    """Train one run (see the module docstring); returns its record (a dict of lists).
+
+    ``keep_at``: steps at which the exact local constant of the blocks is measured
+    on ``const_windows`` held-out windows (``const``: step -> list of constants).
+    ``corpus``: ``(train, heldout)`` bytes (default :func:`stdlib_corpus`).
+    """
+    steps, seed = as_count(steps, "steps", 1), as_seed(seed)
+    train, heldout = stdlib_corpus() if corpus is None else corpus
+    m, lm = build(qk_norm, n_layer, d, n_head, seed=seed)
+    tr = np.frombuffer(train, np.uint8)
+    win = heldout_windows(heldout, context, eval_windows)
+    cwin = heldout_windows(heldout, context, const_windows)[:, :-1] if const_windows else None
+    rng = np.random.default_rng(seed)
+    warmup = round(warmup_frac * steps) if mitigations else 0
+    wd = decay / lr if mitigations else 0.0
+    zc = z_loss if mitigations else 0.0
+    rec = {"qk_norm": qk_norm, "lr": lr, "seed": seed, "mitigations": mitigations,
+           "eval_steps": [], "heldout_bits": [], "max_logit": [], "gain_bound": [],
+           "train_bits": [], "diverged_at": None, "const": {}}
+
+    def batches(t: int):
+        s = rng.integers(0, tr.size - context - 1, batch)
+        w = tr[s[:, None] + np.arange(context + 1)].astype(np.int64)
+        return w[:, :-1], w[:, 1:]
+
+    def evaluate(t: int) -> None:
+        rec["eval_steps"].append(t)
+        rec["heldout_bits"].append(heldout_bits(lm, win))
+        rec["max_logit"].append(max_logits(m, win[:, :-1]).tolist())
+        if qk_norm:
+            rec["gain_bound"].append(gain_bound(m).tolist())
+        if t in keep_at and cwin is not None:
+            mm = copy.deepcopy(m)
+            rec["const"][str(t)] = [mm.local_lipschitz(mm.embed(w), tol=1e-5) for w in cwin]
+
+    acc: list[float] = []
+
+    def callback(t: int, loss: float) -> None:
+        if not math.isfinite(loss):
+            raise _Diverged
+        acc.append(loss / LN2)
+        if (t + 1) % eval_every == 0 or t + 1 == steps:
+            rec["train_bits"].append(float(np.mean(acc)))
+            acc.clear()
+            evaluate(t + 1)
+
+    loss = lambda Y, y: cross_entropy(Y, y, z_loss=zc)  # noqa: E731
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        try:
+            evaluate(0)
+            train_stack(lm, batches, loss, steps=steps, lr=lr, warmup=warmup,
+                        weight_decay=wd, callback=callback)
+        except (FloatingPointError, _Diverged):
+            rec["diverged_at"] = (rec["eval_steps"][-1] if rec["eval_steps"] else 0)
+    return rec
+
+
+def summarise(runs: list[dict], spike: float = 0.5) -> list[dict]:
+    """Per cell (qk_norm, mitigations, lr): the number of runs, how many diverged and
+    spiked (held-out bits/byte more than ``spike`` above its running minimum), and
+    the median and 10 %/90 % quantiles over seeds of the final held-out bits/byte
+    (diverged runs count as +inf), of the largest attention logit of any layer at
+    the end, and of its peak over training."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in runs:
+        cells.setdefault((r["qk_norm"], r["mitigations"], r["lr"]), []).append(r)
+    out = []
+    q = lambda a: [float(np.quantile(a, p)) for p in (0.1, 0.5, 0.9)]  # noqa: E731
+    for (qk, mit, lr), rs in sorted(cells.items()):
+        final = [math.inf if r["diverged_at"] is not None else r["heldout_bits"][-1]
+                 for r in rs]
+        spiked = [bool(np.any(np.asarray(r["heldout_bits"]) - np.minimum.accumulate(
+            r["heldout_bits"]) > spike)) for r in rs]
+        unstable = [s or r["diverged_at"] is not None for s, r in zip(spiked, rs, strict=True)]
+        out.append({"qk_norm": qk, "mitigations": mit, "lr": lr, "runs": len(rs),
+                    "diverged": sum(r["diverged_at"] is not None for r in rs),
+                    "spiked": sum(spiked), "unstable": sum(unstable),
+                    "final_bits_q": q(final),
+                    "final_logit_q": q([max(r["max_logit"][-1]) for r in rs]),
+                    "peak_logit_q": q([max(max(x) for x in r["max_logit"]) for r in rs])})
+    return out
+
+
+def _round(x, digits: int = 5):
+    """Floats rounded to ``digits`` significant digits, recursively (for a small JSON)."""
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}") if math.isfinite(x) else x
+    if isinstance(x, dict):
+        return {k: _round(v, digits) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_round(v, digits) for v in x]
+    return x
+
+
+def _one(kw: dict) -> dict:
+    t0 = time.process_time()
+    rec = train_run(**kw)
+    rec["cpu_s"] = time.process_time() - t0
+    rec = _round(rec)
+    print(f"qk={kw['qk_norm']:d} mit={kw['mitigations']:d} lr={kw['lr']:g} seed={kw['seed']}: "
+          f"{rec['heldout_bits'][-1]:.3f} bits/byte, max logit {max(rec['max_logit'][-1]):.1f}, "
+          f"diverged {rec['diverged_at']}, {rec['cpu_s']:.1f} s", flush=True)
+    return rec
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """The command line; writes and returns the results dictionary."""
+    ap = argparse.ArgumentParser(prog="python -m lipattn.book.stability", description=__doc__)
+    ap.add_argument("--lrs", type=float, nargs="+", default=[3e-3, 1e-2, 3e-2, 1e-1, 3e-1])
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--eval-every", type=int, default=40)
+    ap.add_argument("--const-runs", type=int, default=2,
+                    help="seeds whose local constants are measured (mitigations off)")
+    ap.add_argument("--const-lrs", type=float, nargs="*", default=None,
+                    help="learning rates of the constant runs (default: first and last)")
+    ap.add_argument("--const-windows", type=int, default=4)
+    ap.add_argument("--checkpoints", type=int, default=4,
+                    help="evenly spaced checkpoints of the constants (besides step 0)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    commit = _git_commit()
+    corpus = stdlib_corpus()
+    keep = tuple(round(a.steps * k / a.checkpoints) for k in range(a.checkpoints + 1))
+    clrs = [a.lrs[0], a.lrs[-1]] if a.const_lrs is None else a.const_lrs
+    specs = []
+    for seed in range(a.seeds):
+        for lr in a.lrs:
+            for qk in (False, True):
+                for mit in (False, True):
+                    const = not mit and seed < a.const_runs and lr in clrs
+                    specs.append(dict(qk_norm=qk, lr=lr, seed=seed, mitigations=mit,
+                                      steps=a.steps, eval_every=a.eval_every, corpus=corpus,
+                                      keep_at=keep if const else (),
+                                      const_windows=a.const_windows if const else 0))
+    t0 = time.time()
+    if a.jobs > 1:
+        import multiprocessing as mp
+        with mp.get_context("fork").Pool(a.jobs) as pool:
+            runs = pool.map(_one, specs, chunksize=1)
+    else:
+        runs = [_one(s) for s in specs]
+    result = {"args": {k: str(v) for k, v in vars(a).items()}, "git_commit": commit,
+              "model": {"layout": "llama", "n_layer": 2, "d": 64, "n_head": 4, "context": 64,
+                        "batch": 16, "vocab": 256},
+              "mitigations": {"warmup_frac": 0.1, "decay": 1e-3, "z_loss": 1e-4},
+              "wall_s": time.time() - t0, "runs": runs, "cells": summarise(runs)}
+    if a.out is not None:
+        Path(a.out).write_text(json.dumps(result, separators=(",", ":")) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
