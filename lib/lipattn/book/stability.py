@@ -48,7 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validate import as_bool, as_count, as_seed
+from .._validate import as_bool, as_count, as_counts, as_float_in, as_positive_float, as_seed
+from ._check import as_result
 from ..layers import CausalLM, Sequential, attention_logits, cross_entropy
 from ..models import Llama, random_state_dict
 from ..models.blocks import Layout, build_block, build_final
@@ -147,18 +148,65 @@ def max_logits(model: Llama, windows: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
-def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: int = 1000,
+def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: int = 800,
               n_layer: int = 2, d: int = 64, n_head: int = 4, context: int = 64,
-              batch: int = 16, eval_every: int = 25, eval_windows: int = 16,
+              batch: int = 16, eval_every: int = 40, eval_windows: int = 16,
               warmup_frac: float = 0.1, decay: float = 1e-3, z_loss: float = 1e-4,
-              keep_at: tuple = (), const_windows: int = 0, corpus=None) -> dict:
-    """Train one run (see the module docstring); returns its record (a dict of lists).
+              keep_at: tuple[int, ...] = (), const_windows: int = 0,
+              corpus: tuple | None = None) -> dict:
+    """Train one run (see the module docstring) and return its record.
 
-    ``keep_at``: steps at which the exact local constant of the blocks is measured
-    on ``const_windows`` held-out windows (``const``: step -> list of constants).
-    ``corpus``: ``(train, heldout)`` bytes (default :func:`stdlib_corpus`).
+    Parameters
+    ----------
+    qk_norm, mitigations : bool
+        The two interventions: Qwen 3's QK-norm; warm-up + weight decay + z-loss.
+    lr : float
+        Peak learning rate, in (0, 1].
+    seed : int
+        Initialisation and batches (shared by the four arms of one seed).
+    steps, n_layer, d, n_head, context, batch : int
+        Budget and model (defaults: the book's sweep).
+    eval_every, eval_windows : int
+        Held-out evaluation period and its number of windows (fixed, evenly spaced).
+    warmup_frac, decay, z_loss : float
+        The mitigations' settings (used only with ``mitigations``): warm-up length as a
+        fraction of ``steps``; independent weight decay :math:`\lambda` per step at the
+        peak rate; z-loss coefficient.
+    keep_at : tuple of int
+        Evaluation steps at which the exact local constant of the blocks
+        (``final_norm=False``, relative tolerance 1e-5) is measured on
+        ``const_windows`` held-out windows; they must be multiples of ``eval_every``
+        (or 0 or ``steps``).
+    corpus : (bytes, bytes), optional
+        ``(train, heldout)`` text (default :func:`stdlib_corpus`).
+
+    Returns
+    -------
+    dict
+        ``eval_steps``, ``heldout_bits``, ``train_bits`` (mean of the steps since the
+        last evaluation), ``max_logit`` (per evaluation, per layer), ``gain_bound``
+        (per evaluation, per layer; empty without QK-norm), ``diverged_at`` (the
+        last evaluation step before an overflow or a non-finite loss, or None),
+        ``const`` (step -> constants), and the settings.
     """
-    steps, seed = as_count(steps, "steps", 1), as_seed(seed)
+    qk_norm, mitigations = as_bool(qk_norm, "qk_norm"), as_bool(mitigations, "mitigations")
+    lr = as_float_in(lr, "lr", 0.0, 1.0, lo_open=True)
+    seed = as_seed(seed)
+    steps = as_count(steps, "steps", 1, 10**6)
+    context = as_count(context, "context", 1, 4096)
+    batch = as_count(batch, "batch", 1, 4096)
+    eval_every = as_count(eval_every, "eval_every", 1, 10**6)
+    eval_windows = as_count(eval_windows, "eval_windows", 1, 4096)
+    const_windows = as_count(const_windows, "const_windows", 0, 4096)
+    warmup_frac = as_float_in(warmup_frac, "warmup_frac", 0.0, 1.0)
+    decay = as_float_in(decay, "decay", 0.0, 1.0)
+    z_loss = as_float_in(z_loss, "z_loss", 0.0, 1e3)
+    keep_at = () if isinstance(keep_at, (tuple, list)) and not keep_at else tuple(
+        as_counts(keep_at, "keep_at", 0, steps))
+    if corpus is not None and not (isinstance(corpus, tuple) and len(corpus) == 2 and all(
+            isinstance(c, bytes) and len(c) > context + 1 for c in corpus)):
+        raise TypeError(f"corpus must be None or (train, heldout) bytes, each longer than "
+                        f"context + 1 = {context + 1}; got {type(corpus).__name__}")
     train, heldout = stdlib_corpus() if corpus is None else corpus
     m, lm = build(qk_norm, n_layer, d, n_head, seed=seed)
     tr = np.frombuffer(train, np.uint8)
@@ -262,8 +310,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.stability", description=__doc__)
     ap.add_argument("--lrs", type=float, nargs="+", default=[3e-3, 1e-2, 3e-2, 1e-1, 3e-1])
     ap.add_argument("--seeds", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=800)
-    ap.add_argument("--eval-every", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--const-runs", type=int, default=2,
                     help="seeds whose local constants are measured (mitigations off)")
     ap.add_argument("--const-lrs", type=float, nargs="*", default=None,
