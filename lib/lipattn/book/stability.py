@@ -49,16 +49,16 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import as_bool, as_count, as_counts, as_float_in, as_positive_float, as_seed
-from ._check import as_result
 from ..layers import CausalLM, Sequential, attention_logits, cross_entropy
 from ..models import Llama, random_state_dict
 from ..models.blocks import Layout, build_block, build_final
 from ..models.training import train_stack
+from ._check import as_result
 from .bytelm import _git_commit, heldout_bits, heldout_windows
 from .corpus import stdlib_corpus
 
-__all__ = ["build", "gain_bound", "max_logits", "train_run", "summarise", "main",
-           "DATA"]
+__all__ = ["build", "gain_bound", "max_logits", "train_run", "summarise", "read_results",
+           "summary", "main", "DATA"]
 
 DATA = Path(__file__).resolve().parent / "data" / "stability.json"
 LN2 = math.log(2.0)
@@ -148,13 +148,13 @@ def max_logits(model: Llama, windows: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
-def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: int = 800,
+def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: int = 300,
               n_layer: int = 2, d: int = 64, n_head: int = 4, context: int = 64,
-              batch: int = 16, eval_every: int = 40, eval_windows: int = 16,
+              batch: int = 16, eval_every: int = 20, eval_windows: int = 16,
               warmup_frac: float = 0.1, decay: float = 1e-3, z_loss: float = 1e-4,
               keep_at: tuple[int, ...] = (), const_windows: int = 0,
               corpus: tuple | None = None) -> dict:
-    """Train one run (see the module docstring) and return its record.
+    r"""Train one run (see the module docstring) and return its record.
 
     Parameters
     ----------
@@ -257,30 +257,132 @@ def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: 
     return rec
 
 
-def summarise(runs: list[dict], spike: float = 0.5) -> list[dict]:
-    """Per cell (qk_norm, mitigations, lr): the number of runs, how many diverged and
-    spiked (held-out bits/byte more than ``spike`` above its running minimum), and
-    the median and 10 %/90 % quantiles over seeds of the final held-out bits/byte
-    (diverged runs count as +inf), of the largest attention logit of any layer at
-    the end, and of its peak over training."""
+def _cells(runs: list[dict]) -> dict[tuple, list[dict]]:
     cells: dict[tuple, list[dict]] = {}
     for r in runs:
         cells.setdefault((r["qk_norm"], r["mitigations"], r["lr"]), []).append(r)
-    out = []
+    return {k: sorted(v, key=lambda r: r["seed"]) for k, v in sorted(cells.items())}
+
+
+def _final(r: dict) -> float:
+    return math.inf if r["diverged_at"] is not None else r["heldout_bits"][-1]
+
+
+def _spiked(r: dict, spike: float) -> bool:
+    h = np.asarray(r["heldout_bits"], float)
+    return bool(np.any(h - np.minimum.accumulate(h) > spike))
+
+
+def summarise(runs: list[dict], spike: float = 0.25) -> list[dict]:
+    """Per cell (qk_norm, mitigations, lr), sorted: the number of runs, how many
+    diverged, spiked (held-out bits/byte more than ``spike`` above its running
+    minimum at some evaluation) and were unstable (either), and the 10 %, 50 % and
+    90 % quantiles over seeds of the final held-out bits/byte (a diverged run counts
+    as +inf), of the largest attention logit of any layer at the end, of its peak
+    over training, and with QK-norm of the final gain bound (:func:`gain_bound`,
+    largest layer)."""
+    if not isinstance(runs, list) or not runs or not all(
+            isinstance(r, dict) and {"qk_norm", "lr", "heldout_bits"} <= set(r) for r in runs):
+        raise TypeError("runs must be a non-empty list of train_run records")
+    spike = as_positive_float(spike, "spike")
     q = lambda a: [float(np.quantile(a, p)) for p in (0.1, 0.5, 0.9)]  # noqa: E731
-    for (qk, mit, lr), rs in sorted(cells.items()):
-        final = [math.inf if r["diverged_at"] is not None else r["heldout_bits"][-1]
-                 for r in rs]
-        spiked = [bool(np.any(np.asarray(r["heldout_bits"]) - np.minimum.accumulate(
-            r["heldout_bits"]) > spike)) for r in rs]
-        unstable = [s or r["diverged_at"] is not None for s, r in zip(spiked, rs, strict=True)]
-        out.append({"qk_norm": qk, "mitigations": mit, "lr": lr, "runs": len(rs),
-                    "diverged": sum(r["diverged_at"] is not None for r in rs),
-                    "spiked": sum(spiked), "unstable": sum(unstable),
-                    "final_bits_q": q(final),
-                    "final_logit_q": q([max(r["max_logit"][-1]) for r in rs]),
-                    "peak_logit_q": q([max(max(x) for x in r["max_logit"]) for r in rs])})
+    out = []
+    for (qk, mit, lr), rs in _cells(runs).items():
+        spiked = [_spiked(r, spike) for r in rs]
+        div = [r["diverged_at"] is not None for r in rs]
+        row = {"qk_norm": qk, "mitigations": mit, "lr": lr, "runs": len(rs),
+               "diverged": sum(div), "spiked": sum(spiked),
+               "unstable": sum(a or b for a, b in zip(spiked, div, strict=True)),
+               "final_bits_q": q([_final(r) for r in rs]),
+               "final_logit_q": q([max(r["max_logit"][-1]) for r in rs]),
+               "peak_logit_q": q([max(max(x) for x in r["max_logit"]) for r in rs])}
+        if qk:
+            row["final_bound_q"] = q([max(r["gain_bound"][-1]) for r in rs])
+        out.append(row)
     return out
+
+
+def read_results(path: str | Path | None = None) -> dict:
+    """The shipped sweep (default :data:`DATA`), as :func:`main` wrote it: ``args``,
+    ``git_commit``, ``model``, ``mitigations``, ``runs`` and ``cells``."""
+    if path is not None and (isinstance(path, bool) or not isinstance(path, (str, Path))
+                             or not Path(path).is_file()):
+        raise ValueError(f"path must be None or the path of an existing JSON file; "
+                         f"got {path!r}")
+    res = json.loads(Path(DATA if path is None else path).read_text())
+    return as_result(res, "path", ("args", "git_commit", "runs", "cells"),
+                     producer="python -m lipattn.book.stability")
+
+
+def summary(result: dict, spike: float = 0.25) -> dict:
+    r"""The page's numbers from :func:`read_results`'s dictionary (floats, for glue).
+
+    With ``lrs`` the sweep's learning rates, ``top`` the largest:
+
+    - ``n_runs``, ``n_seeds``, ``steps``, ``n_lrs``, ``lr_lo``, ``lr_hi``;
+    - per arm ``a`` in ``plain`` (no QK-norm, no mitigations), ``mit`` (no QK-norm,
+      mitigations), ``qk`` (QK-norm), ``qkmit`` (both): ``{a}_unstable`` (unstable
+      runs over all learning rates), ``{a}_bits_top`` (median final held-out
+      bits/byte at ``top``), ``{a}_logit_top`` (median final largest logit at
+      ``top``), ``{a}_sens`` (Wortsman et al.'s learning-rate sensitivity,
+      :math:`\mathbb E_{\eta}[\min(L(\eta), L_0) - \min_\eta L(\eta)]` over the
+      sweep's rates, with L the final held-out bits/byte and L_0 the initial one,
+      median over seeds);
+    - ``qk_bound_top`` (median final gain bound at ``top``), ``bound_ok`` (1 if
+      every recorded logit of every QK-norm run is at most its bound);
+    - ``wins_top`` / ``pairs_top``: seeds at ``top`` where QK-norm ends with fewer
+      held-out bits/byte than the paired run without it (mitigations off);
+      ``logit_wins`` / ``logit_pairs``: pairs, over every rate and both
+      mitigation settings, where QK-norm's final largest logit is the smaller;
+    - ``plain_first_bad_lr``: the smallest rate at which at least half of the plain
+      runs end more than 0.1 bits/byte above the plain arm's best median, or NaN.
+    """
+    res = as_result(result, "result", ("args", "runs", "cells"),
+                    producer="lipattn.book.stability.read_results")
+    spike = as_positive_float(spike, "spike")
+    runs = res["runs"]
+    cells = _cells(runs)
+    lrs = sorted({r["lr"] for r in runs})
+    top = lrs[-1]
+    seeds = sorted({r["seed"] for r in runs})
+    out = {"n_runs": len(runs), "n_seeds": len(seeds), "n_lrs": len(lrs), "lr_lo": lrs[0],
+           "lr_hi": top, "steps": max(r["eval_steps"][-1] for r in runs)}
+    arms = {"plain": (False, False), "mit": (False, True), "qk": (True, False),
+            "qkmit": (True, True)}
+    for a, (qk, mit) in arms.items():
+        rs = [r for lr in lrs for r in cells[(qk, mit, lr)]]
+        out[f"{a}_unstable"] = sum(_spiked(r, spike) or r["diverged_at"] is not None
+                                   for r in rs)
+        out[f"{a}_bits_top"] = float(np.median([_final(r) for r in cells[(qk, mit, top)]]))
+        out[f"{a}_logit_top"] = float(np.median([max(r["max_logit"][-1])
+                                                 for r in cells[(qk, mit, top)]]))
+        sens = []
+        for s in seeds:
+            L = np.array([_final(r) for lr in lrs for r in cells[(qk, mit, lr)]
+                          if r["seed"] == s])
+            L0 = [r["heldout_bits"][0] for r in cells[(qk, mit, lrs[0])] if r["seed"] == s][0]
+            sens.append(float(np.mean(np.minimum(L, L0)) - L.min()))
+        out[f"{a}_sens"] = float(np.median(sens))
+    out["qk_bound_top"] = float(np.median([max(r["gain_bound"][-1])
+                                           for r in cells[(True, False, top)]]))
+    out["bound_ok"] = float(all(lg <= b * (1 + 1e-5) for r in runs if r["qk_norm"]
+                                for L, B in zip(r["max_logit"], r["gain_bound"], strict=True)
+                                for lg, b in zip(L, B, strict=True)))
+    pl, qk = cells[(False, False, top)], cells[(True, False, top)]
+    out["pairs_top"] = len(pl)
+    out["wins_top"] = sum(_final(b) < _final(a) for a, b in zip(pl, qk, strict=True))
+    wins = pairs = 0
+    for lr in lrs:
+        for mit in (False, True):
+            for a, b in zip(cells[(False, mit, lr)], cells[(True, mit, lr)], strict=True):
+                pairs += 1
+                wins += max(b["max_logit"][-1]) < max(a["max_logit"][-1])
+    out["logit_wins"], out["logit_pairs"] = wins, pairs
+    best = min(np.median([_final(r) for r in cells[(False, False, lr)]]) for lr in lrs)
+    bad = [lr for lr in lrs if np.mean([_final(r) > best + 0.1
+                                        for r in cells[(False, False, lr)]]) >= 0.5]
+    out["plain_first_bad_lr"] = bad[0] if bad else math.nan
+    return {k: float(v) for k, v in out.items()}
 
 
 def _round(x, digits: int = 5):
@@ -308,16 +410,16 @@ def _one(kw: dict) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """The command line; writes and returns the results dictionary."""
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.stability", description=__doc__)
-    ap.add_argument("--lrs", type=float, nargs="+", default=[3e-3, 1e-2, 3e-2, 1e-1, 3e-1])
+    ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2, 1e-1])
     ap.add_argument("--seeds", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--eval-every", type=int, default=25)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--const-runs", type=int, default=2,
                     help="seeds whose local constants are measured (mitigations off)")
     ap.add_argument("--const-lrs", type=float, nargs="*", default=None,
                     help="learning rates of the constant runs (default: first and last)")
     ap.add_argument("--const-windows", type=int, default=4)
-    ap.add_argument("--checkpoints", type=int, default=4,
+    ap.add_argument("--checkpoints", type=int, default=3,
                     help="evenly spaced checkpoints of the constants (besides step 0)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
@@ -337,12 +439,23 @@ def main(argv: list[str] | None = None) -> dict:
                                       keep_at=keep if const else (),
                                       const_windows=a.const_windows if const else 0))
     t0 = time.time()
+    partial = None if a.out is None else Path(a.out).with_suffix(".partial.jsonl")
+    runs = []
+
+    def keep(rec: dict) -> None:       # each run as it ends, so a stopped sweep survives
+        runs.append(rec)
+        if partial is not None:
+            with open(partial, "a") as f:
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
     if a.jobs > 1:
         import multiprocessing as mp
         with mp.get_context("fork").Pool(a.jobs) as pool:
-            runs = pool.map(_one, specs, chunksize=1)
+            for rec in pool.imap(_one, specs, chunksize=1):
+                keep(rec)
     else:
-        runs = [_one(s) for s in specs]
+        for s in specs:
+            keep(_one(s))
     result = {"args": {k: str(v) for k, v in vars(a).items()}, "git_commit": commit,
               "model": {"layout": "llama", "n_layer": 2, "d": 64, "n_head": 4, "context": 64,
                         "batch": 16, "vocab": 256},
