@@ -334,6 +334,15 @@ def summary(result: dict, spike: float = 0.25) -> dict:
       held-out bits/byte than the paired run without it (mitigations off);
       ``logit_wins`` / ``logit_pairs``: pairs, over every rate and both
       mitigation settings, where QK-norm's final largest logit is the smaller;
+    - ``mit_logit_wins`` / ``mit_pairs``: pairs without QK-norm, over every rate, where
+      the mitigations end with the smaller largest logit; ``mit_bits_wins_top``: seeds
+      at ``top`` where they end with fewer held-out bits/byte;
+    - ``qk_bound_0``, ``qk_bound_lo``: the gain bound at initialisation and its median
+      at the end at the smallest rate;
+    - ``{plain|qk}_const_{lo|hi}`` and ``{plain|qk}_const0_{lo|hi}``: the exact
+      constant of the blocks at the last and first checkpoint (median over windows,
+      then over the measured runs, mitigations off) at the smallest and largest rate;
+      ``const_runs_{lo|hi}`` the measured runs per arm;
     - ``plain_first_bad_lr``: the smallest rate at which at least half of the plain
       runs end more than 0.1 bits/byte above the plain arm's best median (absent if
       there is none).
@@ -379,6 +388,26 @@ def summary(result: dict, spike: float = 0.25) -> dict:
                 pairs += 1
                 wins += max(b["max_logit"][-1]) < max(a["max_logit"][-1])
     out["logit_wins"], out["logit_pairs"] = wins, pairs
+    pairs = [(a, b) for lr in lrs for a, b in zip(cells[(False, False, lr)],
+                                                   cells[(False, True, lr)], strict=True)]
+    out["mit_logit_wins"] = sum(max(b["max_logit"][-1]) < max(a["max_logit"][-1])
+                                for a, b in pairs)
+    out["mit_pairs"] = len(pairs)
+    out["mit_bits_wins_top"] = sum(_final(b) < _final(a) for a, b in zip(
+        cells[(False, False, top)], cells[(False, True, top)], strict=True))
+    out["qk_bound_lo"] = float(np.median([max(r["gain_bound"][-1])
+                                          for r in cells[(True, False, lrs[0])]]))
+    out["qk_bound_0"] = float(max(cells[(True, False, top)][0]["gain_bound"][0]))
+    for tag, lr in (("lo", lrs[0]), ("hi", top)):
+        for a, qk in (("plain", False), ("qk", True)):
+            rs = [r for r in cells[(qk, False, lr)] if r["const"]]
+            if rs:
+                last = str(max(int(k) for k in rs[0]["const"]))
+                out[f"{a}_const_{tag}"] = float(np.median([np.median(r["const"][last])
+                                                           for r in rs]))
+                out[f"{a}_const0_{tag}"] = float(np.median([np.median(r["const"]["0"])
+                                                            for r in rs]))
+                out[f"const_runs_{tag}"] = len(rs)
     best = min(np.median([_final(r) for r in cells[(False, False, lr)]]) for lr in lrs)
     bad = [lr for lr in lrs if np.mean([_final(r) > best + 0.1
                                         for r in cells[(False, False, lr)]]) >= 0.5]
@@ -414,14 +443,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.stability", description=__doc__)
     ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 1e-2, 3e-2, 1e-1])
     ap.add_argument("--seeds", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=250)
+    ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--const-runs", type=int, default=2,
                     help="seeds whose local constants are measured (mitigations off)")
     ap.add_argument("--const-lrs", type=float, nargs="*", default=None,
                     help="learning rates of the constant runs (default: first and last)")
-    ap.add_argument("--const-windows", type=int, default=4)
-    ap.add_argument("--checkpoints", type=int, default=3,
+    ap.add_argument("--const-windows", type=int, default=3)
+    ap.add_argument("--checkpoints", type=int, default=2,
                     help="evenly spaced checkpoints of the constants (besides step 0)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
