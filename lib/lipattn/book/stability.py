@@ -327,7 +327,9 @@ def summary(result: dict, spike: float = 0.25) -> dict:
       ``top``), ``{a}_sens`` (Wortsman et al.'s learning-rate sensitivity,
       :math:`\mathbb E_{\eta}[\min(L(\eta), L_0) - \min_\eta L(\eta)]` over the
       sweep's rates, with L the final held-out bits/byte and L_0 the initial one,
-      median over seeds);
+      median over seeds), ``{a}_late_top`` (median over seeds at ``top`` of the
+      held-out bits/byte gained over the second half of training: the value at the
+      middle evaluation minus the final one);
     - ``qk_bound_top`` (median final gain bound at ``top``), ``bound_ok`` (1 if
       every recorded logit of every QK-norm run is at most its bound);
     - ``wins_top`` / ``pairs_top``: seeds at ``top`` where QK-norm ends with fewer
@@ -373,6 +375,9 @@ def summary(result: dict, spike: float = 0.25) -> dict:
             L0 = [r["heldout_bits"][0] for r in cells[(qk, mit, lrs[0])] if r["seed"] == s][0]
             sens.append(float(np.mean(np.minimum(L, L0)) - L.min()))
         out[f"{a}_sens"] = float(np.median(sens))
+        late = [r["heldout_bits"][len(r["heldout_bits"]) // 2] - _final(r)
+                for r in cells[(qk, mit, top)]]
+        out[f"{a}_late_top"] = float(np.median(late))
     out["qk_bound_top"] = float(np.median([max(r["gain_bound"][-1])
                                            for r in cells[(True, False, top)]]))
     out["bound_ok"] = float(all(lg <= b * (1 + 1e-5) for r in runs if r["qk_norm"]
