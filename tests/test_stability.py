@@ -116,3 +116,28 @@ def test_summary_and_reader_refuse_bad_input(tmp_path):
         st.train_run(qk_norm=False, lr=0.0, seed=0, mitigations=False)
     with pytest.raises(TypeError, match="corpus"):
         st.train_run(qk_norm=False, lr=0.1, seed=0, mitigations=False, corpus=(b"a", b"b"))
+
+
+def test_shipped_results_have_the_design_the_page_states():
+    R = st.read_results()
+    S = st.summary(R)
+    rows = st.summarise(R["runs"])
+    assert len(rows) == 4 * S["n_lrs"] and all(r["runs"] == S["n_seeds"] >= 8 for r in rows)
+    assert S["bound_ok"] == 1.0
+    assert R["git_commit"] != "unknown" and not R["git_commit"].endswith("+dirty")
+    # the page's main statement, on the shipped runs
+    assert S["plain_logit_top"] > 10 * S["qk_logit_top"]
+
+
+def test_stability_figures_draw_the_medians():
+    from lipattn.book.viz import lm as lmviz
+    R = _fake()
+    fig = lmviz.fig_stability_lr(R)
+    ax1 = fig.axes[0]
+    meds = [np.median([r["heldout_bits"][-1] for r in R["runs"] if r["lr"] == lr
+                       and not r["qk_norm"] and not r["mitigations"]]) for lr in (1e-2, 1e-1)]
+    assert np.allclose(ax1.lines[0].get_ydata(), meds)
+    fig = lmviz.fig_stability_training(R, 1e-1)
+    assert np.allclose(fig.axes[0].lines[0].get_ydata(), [1.0, 5.0, 900.0])
+    with pytest.raises(ValueError, match="lr"):
+        lmviz.fig_stability_training(R, 0.5)

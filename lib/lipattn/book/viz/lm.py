@@ -174,7 +174,8 @@ def fig_stability_training(result: dict, lr: float) -> Figure:
         ax.set_yscale("log")
         ax.set_ylabel("exact constant (median)")
         ax.set_title(f"blocks' constant, peak rate {rate:g}", fontsize=9)
-        ax.legend(fontsize=7.5)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7.5)
     ax1.set_yscale("log")
     ax1.set_ylabel(r"largest $|$attention logit$|$")
     ax2.set_ylabel("held-out bits/byte")
