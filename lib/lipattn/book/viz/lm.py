@@ -172,6 +172,9 @@ def fig_stability_training(result: dict, lr: float) -> Figure:
                         "o-", color=col, ms=3, lw=1, label=lab if first else None)
                 first = False
         ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        if hi < 10 * lo:            # less than a decade: a linear axis reads better
+            ax.set_yscale("linear")
         ax.set_ylabel("exact constant (median)")
         ax.set_title(f"blocks' constant, peak rate {rate:g}", fontsize=9)
         if ax.get_legend_handles_labels()[0]:
