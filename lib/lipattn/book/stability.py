@@ -324,7 +324,8 @@ def summary(result: dict, spike: float = 0.25) -> dict:
       mitigations), ``qk`` (QK-norm), ``qkmit`` (both): ``{a}_unstable`` (unstable
       runs over all learning rates), ``{a}_bits_top`` (median final held-out
       bits/byte at ``top``), ``{a}_logit_top`` (median final largest logit at
-      ``top``), ``{a}_bits_lo``, ``{a}_logit_lo`` (the same at the smallest rate), ``{a}_sens`` (Wortsman et al.'s learning-rate sensitivity,
+      ``top``), ``{a}_bits_lo``, ``{a}_logit_lo`` (the same at the smallest rate),
+      ``{a}_sens`` (Wortsman et al.'s learning-rate sensitivity,
       :math:`\mathbb E_{\eta}[\min(L(\eta), L_0) - \min_\eta L(\eta)]` over the
       sweep's rates, with L the final held-out bits/byte and L_0 the initial one,
       median over seeds), ``{a}_late_top`` (median over seeds at ``top`` of the
