@@ -164,9 +164,9 @@ def gemma2_block(d=16, seed=0, norm_std=0.3):
     return lay, st, build_block(lay, lambda n, s: st[n], 0)
 
 
-def test_gemma2_attention_sublayer_at_the_origin_is_the_closed_form():
-    lay, st, block = gemma2_block()
-    d, N, eps, p = lay.d_model, 5, lay.eps, "layers.0."
+def closed_form_at_origin(lay, st, N):
+    """||I + (P kron M^T)/eps||_2 and ||P||_2 ||M||_2 / eps for the attention sublayer at 0."""
+    d, eps, p = lay.d_model, lay.eps, "layers.0."
     g1 = 1 + st[p + "input_layernorm.weight"]           # Gemma's (1 + w) gains
     g2 = 1 + st[p + "post_attention_layernorm.weight"]
     W_V = st[p + "self_attn.v_proj.weight"].T            # (d, h_kv * d_h)
@@ -177,12 +177,16 @@ def test_gemma2_attention_sublayer_at_the_origin_is_the_closed_form():
     M = np.diag(g1) @ W_Vx @ W_O @ np.diag(g2)
     P = np.tril(np.ones((N, N))) / np.arange(1, N + 1)[:, None]   # causal, uniform
     J0 = np.eye(N * d) + np.kron(P, M.T) / eps                    # row-major vec
-    sub = block.layers[0]
-    at0 = layer_lipschitz(sub, np.zeros((N, d))).value
-    closed = np.linalg.norm(J0, 2)
+    return np.linalg.norm(J0, 2), np.linalg.norm(P, 2) * np.linalg.norm(M, 2) / eps
+
+
+def test_gemma2_attention_sublayer_at_the_origin_is_the_closed_form():
+    lay, st, block = gemma2_block()
+    N = 5
+    at0 = layer_lipschitz(block.layers[0], np.zeros((N, lay.d_model))).value
+    closed, pm = closed_form_at_origin(lay, st, N)
     assert abs(at0 - closed) < 1e-8 * closed
-    nP, nM = np.linalg.norm(P, 2), np.linalg.norm(M, 2)
-    assert nP * nM / eps - 1 <= at0 <= nP * nM / eps + 1
+    assert pm - 1 <= at0 <= pm + 1
 
 
 @pytest.mark.parametrize("scale", [1e-4, 1e-2, 1.0, 30.0])
@@ -233,3 +237,33 @@ def test_identity_branch_attains_the_local_bound_everywhere():
         want = 1 + 1 / math.sqrt(mu + eps)
         assert abs(np.linalg.norm(fd, 2) / want - 1) < 1e-6
         assert abs(layer_lipschitz(F, x).value / want - 1) < 1e-10
+
+
+def test_minus_identity_branch_attains_the_lower_end_of_part_3():
+    """f(X) = -X, unit gains: the best constant is 1/sqrt(eps) - 1 exactly."""
+    d, eps = 4, 1e-4
+    sub = Residual(Sequential([Linear(-np.eye(d)), RMSNorm(np.ones(d), eps)]))
+    want = 1 / math.sqrt(eps) - 1
+    ref = lambda x: x - rms_ref(x, np.ones(d), eps)  # noqa: E731
+    fd0 = np.linalg.norm(fd_jacobian(ref, np.zeros((1, d)), h=1e-9), 2)
+    assert abs(fd0 / want - 1) < 1e-6
+    assert abs(layer_lipschitz(sub, np.zeros((2, d))).value / want - 1) < 1e-10
+    rng = np.random.default_rng(9)
+    for scale in 10.0 ** np.arange(-5, 3):
+        X = scale * rng.standard_normal((2, d))
+        assert layer_lipschitz(sub, X).value <= want * (1 + 1e-12)
+
+
+def test_gemma2_block_at_the_origin_is_its_attention_sublayer():
+    """The gated MLP's derivative vanishes at 0 (act(0) = 0 and up(0) = 0), so
+    at X = 0 the block's Jacobian is the attention sublayer's closed form."""
+    lay, st, block = gemma2_block()
+    N = 5
+    closed, _ = closed_form_at_origin(lay, st, N)
+    b0 = layer_lipschitz(block, np.zeros((N, lay.d_model))).value
+    assert abs(b0 / closed - 1) < 1e-8
+    mlp = Sequential([block.norm_2, block.mlp])          # its branch, at 0
+    E = np.random.default_rng(10).standard_normal((N, lay.d_model))
+    h = 1e-8
+    diff = (mlp.forward(h * E)[0] - mlp.forward(-h * E)[0]) / (2 * h)
+    assert np.abs(diff).max() < 1e-3 * np.abs(mlp.forward(E)[0]).max()
