@@ -24,7 +24,9 @@ import dataclasses
 import importlib
 import inspect
 import os
+import shutil
 import signal
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +39,7 @@ MODULES = ["audit", "quiz", "interview", "plotting", "pretrained", "widgets", "e
            "viz.collapse", "viz.collapse_explorers", "viz.lipschitz", "viz.logits",
            "viz.prenorm", "viz.real", "viz.scaling", "viz.scaling_explorers", "viz.sensitivity",
            "viz.softmax", "viz.spectral", "viz.spectral_normalisation", "lm", "viz.lm", "bytelm",
-           "corpus"]
+           "corpus", "lmprobe", "viz.lmprobe"]
 PER_CALL_S = 4.0
 
 NAN, INF = float("nan"), float("inf")
@@ -153,7 +155,20 @@ def _cheap() -> dict[str, dict[str, Any]]:
     shipped = lm.read_measurements(lm.checkpoint_dir(weights=False), check=False)
     meas, traj = shipped["measure"], shipped["trajectory"]
     tiny_lm = bytelm.build(1, 8, 2, 8)[1]
+    ck_copy = Path(tempfile.mkdtemp(prefix="lmprobe-")) / "m"   # update_measurements writes
+    shutil.copytree(ck, ck_copy)
     return {
+        "lmprobe.attention_growth": dict(model=byte_model, windows=win[:1, :4], lengths=(2, 4),
+                                         tol=1e-3),
+        "lmprobe.growth_summary": dict(growth=shipped["growth"]),
+        "lmprobe.byte_interventions": dict(model=byte_model, windows=win[:1, :4], n_pos=1,
+                                           draws=1, tol=1e-3),
+        "lmprobe.intervention_summary": dict(res=shipped["interventions"]),
+        "viz.lmprobe.fig_growth": dict(growth=shipped["growth"],
+                                       random=shipped["growth_random"]),
+        "viz.lmprobe.fig_interventions": dict(res=shipped["interventions"]),
+        "lmprobe.update_measurements": dict(path=ck_copy, parts="growth", growth_windows=1,
+                                            random_seeds=1),
         "lm.weights_sha256": dict(path=ck),
         "lm.window_tokens": dict(text=text, N=8, count=2),
         "lm.attention_stats": dict(model=byte_model, tokens=win[0]),
@@ -371,7 +386,10 @@ KINDS = {
     "lm.cached_trajectory.windows": "array", "lm.cached_trajectory.tol": "pos",
     "lm.cached_trajectory.cache": "outdir", "lm.precompute.path": "path",
     "lm.precompute.run_dir": "path", "lm.precompute.cache": "outdir", "lm.precompute.tol": "pos",
-    "lm.read_measurements.path": "path", "bytelm.heldout_windows.text": "obj",
+    "lm.read_measurements.path": "path", "lmprobe.update_measurements.path": "path",
+    "lmprobe.attention_growth.windows": "array", "lmprobe.attention_growth.lengths": "counts",
+    "lmprobe.attention_growth.tol": "pos", "lmprobe.byte_interventions.windows": "array",
+    "lmprobe.byte_interventions.tol": "pos", "bytelm.heldout_windows.text": "obj",
     "bytelm.heldout_bits.windows": "array", "corpus.stdlib_corpus.root": "path",
 }
 
@@ -419,7 +437,8 @@ def _public() -> list[tuple[str, Any]]:
 #: Callables whose good call takes seconds (their own tests run it): no check of it here.
 SLOW = {"pretrained.measure", "viz.sensitivity.depth_scan",
         "viz.spectral_normalisation.tracking_summary", "viz.logits.longer_runs",
-        "lm.window_constants", "lm.measure", "lm.precompute", "corpus.stdlib_corpus"}
+        "lm.window_constants", "lm.measure", "lm.precompute", "corpus.stdlib_corpus",
+        "lmprobe.update_measurements"}
 
 
 def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:

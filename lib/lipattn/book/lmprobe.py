@@ -31,15 +31,25 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import as_count, as_counts, as_seed, as_tol
+from .._validate import as_bool, as_count, as_counts, as_seed, as_tol
 from ..layers import layer_lipschitz
 from ._check import as_dir, as_result
 
-__all__ = ["LENGTHS", "attention_growth", "growth_summary", "byte_interventions",
-           "intervention_summary", "update_measurements"]
+__all__ = ["LENGTHS", "CASTIN_CURVES", "CASTIN_N", "attention_growth", "growth_summary",
+           "byte_interventions", "intervention_summary", "update_measurements"]
 
 #: Window lengths n at which :func:`attention_growth` measures.
 LENGTHS = (2, 4, 8, 16, 32, 64, 128)
+#: The curves :math:`c\,n^p` that Castin, Ablin and Peyré's plotting scripts
+#: draw over their scatter of GPT-2 small's attention constants against n
+#: (github.com/vcastin/how-smooth-is-attention, commit 60da456;
+#: ``gpt_2/plot_gpt.py`` for the pretrained model on Alice in Wonderland,
+#: ``coef`` and ``pow``; ``gpt2_random/plot_gpt_random.py`` for a random
+#: initialisation): name -> (layer index ``b`` of ``model.h[b].attn``, c, p).
+#: Their scripts measure n = 2, 4, ..., 98 BPE tokens, 10 windows each.
+CASTIN_CURVES = {"pretrained": ((0, 35.3, 0.26), (6, 25.0, 0.51)),
+                 "random": ((6, 0.445, 0.25),)}
+CASTIN_N = (2, 98)
 #: The parts :func:`update_measurements` can compute.
 PARTS = ("growth", "interventions")
 
@@ -292,6 +302,7 @@ def update_measurements(path: str | os.PathLike, parts: Any = PARTS, *,
     gw = as_count(growth_windows, "growth_windows", maximum=4096)
     iw = as_count(intervention_windows, "intervention_windows", maximum=4096)
     n_seeds = as_count(random_seeds, "random_seeds", maximum=64)
+    progress = as_bool(progress, "progress")
     R = lm.read_measurements(path)            # checks the weights' SHA-256
     data = json.loads((path / lm.MEASUREMENTS).read_text())
     model, tok, tol = load(path), np.asarray(R["measure"]["tokens"]), float(R["tol"])
