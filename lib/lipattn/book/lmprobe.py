@@ -159,7 +159,7 @@ def _replace(tok: np.ndarray, pos: np.ndarray, pool: np.ndarray,
 
 
 def byte_interventions(model: Any, windows: Any, *, n_pos: int = 3, draws: int = 4,
-                       seed: int = 0, tol: float = 1e-6) -> dict:
+                       seed: int = 0, tol: float = 1e-6, progress: bool = False) -> dict:
     r"""The stack's exact constant when the bytes that carry its top direction change.
 
     For each window: the stack's constant :math:`c = \|DF(H)\|_2` at
@@ -182,6 +182,8 @@ def byte_interventions(model: Any, windows: Any, *, n_pos: int = 3, draws: int =
         Seeds the replacement bytes and the control positions; Lanczos's start
         is seed 0 throughout.
     tol : float, default 1e-6
+    progress : bool, default False
+        Print one line per window.
 
     Returns
     -------
@@ -196,7 +198,7 @@ def byte_interventions(model: Any, windows: Any, *, n_pos: int = 3, draws: int =
     model, w = _setup(model, windows)
     n_pos, draws = as_count(n_pos, "n_pos", maximum=1 << 20), as_count(draws, "draws",
                                                                        maximum=1 << 20)
-    seed, tol = as_seed(seed), as_tol(tol)
+    seed, tol, progress = as_seed(seed), as_tol(tol), as_bool(progress, "progress")
     if w.shape[1] <= n_pos:
         raise ValueError(f"windows must have more than n_pos = {n_pos} positions; got "
                          f"shape {w.shape}")
@@ -228,6 +230,8 @@ def byte_interventions(model: Any, windows: Any, *, n_pos: int = 3, draws: int =
                 rows[a + "_left"].append(np.sum(r.input_direction[top] ** 2))
         for k, v in rows.items():
             out[k].append(v)
+        if progress:
+            print(f"window {len(out['base'])}/{len(w)}: {b.value:.4g}", flush=True)
     return {k: np.array(v) for k, v in out.items()}
 
 
@@ -276,13 +280,15 @@ def intervention_summary(res: dict) -> dict[str, float]:
 
 def update_measurements(path: str | os.PathLike, parts: Any = PARTS, *,
                         growth_windows: int = 32, intervention_windows: int = 32,
-                        random_seeds: int = 3, progress: bool = False) -> dict:
+                        draws: int = 4, random_seeds: int = 3,
+                        progress: bool = False) -> dict:
     """Compute ``parts`` (a subset of ``("growth", "interventions")``) from the
     checkpoint at ``path`` alone and write them into ``path/measurements.json``
     (which must exist and belong to these weights), keeping its other keys.
 
     Both use the file's own windows (``measure.tokens``; the first
-    ``growth_windows`` / ``intervention_windows`` of them) and tolerance. Each
+    ``growth_windows`` / ``intervention_windows`` of them, ``draws`` per arm)
+    and tolerance. Each
     part is stored with the seconds it took (``{part}_seconds``). ``growth``
     also stores ``growth_random``: :func:`attention_growth` of ``random_seeds``
     random initialisations of the same architecture
@@ -302,9 +308,10 @@ def update_measurements(path: str | os.PathLike, parts: Any = PARTS, *,
     gw = as_count(growth_windows, "growth_windows", maximum=4096)
     iw = as_count(intervention_windows, "intervention_windows", maximum=4096)
     n_seeds = as_count(random_seeds, "random_seeds", maximum=64)
+    draws = as_count(draws, "draws", maximum=64)
     progress = as_bool(progress, "progress")
     R = lm.read_measurements(path)            # checks the weights' SHA-256
-    data = json.loads((path / lm.MEASUREMENTS).read_text())
+    new: dict[str, Any] = {}
     model, tok, tol = load(path), np.asarray(R["measure"]["tokens"]), float(R["tol"])
     for part in parts:
         t0 = time.perf_counter()
@@ -314,14 +321,18 @@ def update_measurements(path: str | os.PathLike, parts: Any = PARTS, *,
                 "gpt2", model.n_layer, model.d_model, model.n_head, vocab=model.wte.shape[0],
                 n_pos=model.wpe.shape[0], seed=s), n_head=model.n_head), tok[:8], tol=tol)
                 for s in range(n_seeds)]
-            data["growth_random"] = lm._jsonable(
+            new["growth_random"] = lm._jsonable(
                 {"seeds": np.arange(n_seeds), "lengths": rand[0]["lengths"],
                  **{k: np.array([r[k] for r in rand]) for k in ("attn", "radius")}})
         else:
-            res = byte_interventions(model, tok[:iw], tol=tol)
-        data[part] = lm._jsonable(res)
-        data[f"{part}_seconds"] = time.perf_counter() - t0
+            res = byte_interventions(model, tok[:iw], draws=draws, tol=tol,
+                                     progress=progress)
+        new[part] = lm._jsonable(res)
+        new[f"{part}_seconds"] = time.perf_counter() - t0
         if progress:
-            print(f"{part}: {data[f'{part}_seconds']:.1f} s", flush=True)
+            print(f"{part}: {new[f'{part}_seconds']:.1f} s", flush=True)
+    # read again just before writing, so that runs of different parts can overlap
+    data = json.loads((path / lm.MEASUREMENTS).read_text())
+    data.update(new)
     (path / lm.MEASUREMENTS).write_text(json.dumps(data, separators=(",", ":")) + "\n")
     return lm.read_measurements(path)
