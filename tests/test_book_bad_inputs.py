@@ -161,6 +161,7 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "lmprobe.attention_growth": dict(model=byte_model, windows=win[:1, :4], lengths=(2, 4),
                                          tol=1e-3),
         "lmprobe.growth_summary": dict(growth=shipped["growth"]),
+        "lmprobe.random_init": dict(model=byte_model),
         "lmprobe.byte_interventions": dict(model=byte_model, windows=win[:1, :4], n_pos=1,
                                            draws=1, tol=1e-3),
         "lmprobe.intervention_summary": dict(res=shipped["interventions"]),

@@ -110,6 +110,14 @@ def test_intervention_summary_against_direct_counts(model):
     assert s["iv_windows"] == 2 and s["iv_draws"] == 3 and s["iv_n_pos"] == 2
 
 
+def test_random_init_is_the_state_dict_of_that_seed(model):
+    r = lmprobe.random_init(model, seed=4)
+    sd = random_state_dict("gpt2", L, D, HEADS, vocab=256, n_pos=CTX, seed=4)
+    assert np.array_equal(r.wte, sd["wte.weight"])
+    assert np.array_equal(r.blocks[1].attn.W_O, sd["h.1.attn.c_proj.weight"])
+    assert r.n_layer == L and r.n_head == HEADS
+
+
 def test_bad_inputs_name_the_argument(model):
     with pytest.raises(ValueError, match="n_pos"):
         lmprobe.byte_interventions(model, WIN[:, :2], n_pos=2)

@@ -35,7 +35,8 @@ from .._validate import as_bool, as_count, as_counts, as_seed, as_tol
 from ..layers import layer_lipschitz
 from ._check import as_dir, as_result
 
-__all__ = ["LENGTHS", "CASTIN_CURVES", "CASTIN_N", "attention_growth", "growth_summary",
+__all__ = ["LENGTHS", "CASTIN_CURVES", "CASTIN_N", "random_init", "attention_growth",
+           "growth_summary",
            "byte_interventions", "intervention_summary", "update_measurements"]
 
 #: Window lengths n at which :func:`attention_growth` measures.
@@ -59,6 +60,19 @@ def _setup(model: Any, windows: Any) -> tuple[Any, np.ndarray]:
 
     model = lm._check_model(model)
     return model, lm._windows(windows, model.wte.shape[0])
+
+
+def random_init(model: Any, seed: int = 0) -> Any:
+    """A random initialisation of ``model``'s architecture: a GPT2 with its layers,
+    width, heads, vocabulary and context, from :func:`lipattn.models.random_state_dict`
+    (Hugging Face's GPT-2 initialisation, standard deviation 0.02) with ``seed``."""
+    from ..models import GPT2, random_state_dict
+
+    model, _ = _setup(model, [[0]])
+    sd = random_state_dict("gpt2", model.n_layer, model.d_model, model.n_head,
+                           vocab=model.wte.shape[0], n_pos=model.wpe.shape[0],
+                           seed=as_seed(seed))
+    return GPT2.from_state_dict(sd, n_head=model.n_head)
 
 
 def attention_growth(model: Any, windows: Any, *, lengths: Any = LENGTHS,
@@ -296,7 +310,7 @@ def update_measurements(path: str | os.PathLike, parts: Any = PARTS, *,
     first 8 windows, ``attn`` and ``radius`` of shape (S, W, L, K). Returns the
     whole updated dict, as read back (lists as arrays).
     """
-    from ..models import GPT2, load, random_state_dict
+    from ..models import load
     from . import lm
 
     path = as_dir(path, "path")
@@ -317,10 +331,8 @@ def update_measurements(path: str | os.PathLike, parts: Any = PARTS, *,
         t0 = time.perf_counter()
         if part == "growth":
             res = attention_growth(model, tok[:gw], tol=tol)
-            rand = [attention_growth(GPT2.from_state_dict(random_state_dict(
-                "gpt2", model.n_layer, model.d_model, model.n_head, vocab=model.wte.shape[0],
-                n_pos=model.wpe.shape[0], seed=s), n_head=model.n_head), tok[:8], tol=tol)
-                for s in range(n_seeds)]
+            rand = [attention_growth(random_init(model, s), tok[:8], tol=tol)
+                    for s in range(n_seeds)]
             new["growth_random"] = lm._jsonable(
                 {"seeds": np.arange(n_seeds), "lengths": rand[0]["lengths"],
                  **{k: np.array([r[k] for r in rand]) for k in ("attn", "radius")}})
