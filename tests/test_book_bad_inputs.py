@@ -414,6 +414,7 @@ SKIP = {
     "viz.scaling_explorers.DExplorerData": "a record of d_explorer_data",
     "viz.softmax.SearchResult": "a record of norm_search",
     "lm.main": "the command line (argparse)", "bytelm.main": "the command line (argparse)",
+    "lmprobe.main": "the command line (argparse)",
     "bytelm.train": "trains for minutes (the command line, argparse)",
 }
 

@@ -646,9 +646,9 @@ def trajectory_summary(traj: dict) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m lipattn.book.lm CHECKPOINT [--run RUN_DIR]``: write the measurements
-    (default ``CHECKPOINT/measurements.json``) and return them. With ``--only
-    growth,interventions``, compute only those parts
-    (:func:`lipattn.book.lmprobe.update_measurements`) into the existing file."""
+    (default ``CHECKPOINT/measurements.json``) and return them. The parts that need
+    only the final checkpoint and are added to that file afterwards are
+    :mod:`lipattn.book.lmprobe`'s: ``python -m lipattn.book.lmprobe CHECKPOINT``."""
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.lm", description=__doc__)
     ap.add_argument("checkpoint", type=Path)
     ap.add_argument("--run", type=Path, default=None, help="directory of step-XXXXXX checkpoints")
@@ -657,15 +657,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--out", type=Path, default=None, help="default CHECKPOINT/measurements.json")
     ap.add_argument("--cache", type=Path, default=None, help="per-step trajectory cache")
-    ap.add_argument("--only", default=None,
-                    help="comma-separated parts of lipattn.book.lmprobe (growth, "
-                         "interventions) to compute from CHECKPOINT alone and write into "
-                         "its existing measurements.json, keeping the rest")
     a = ap.parse_args(argv)
-    if a.only is not None:
-        from .lmprobe import update_measurements
-
-        return update_measurements(a.checkpoint, a.only, progress=True)
     res = precompute(a.checkpoint, run_dir=a.run, windows=a.windows,
                      trajectory_windows=a.trajectory_windows, tol=a.tol, cache=a.cache,
                      progress=True)

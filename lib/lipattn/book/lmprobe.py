@@ -13,10 +13,11 @@ measurement, and interventions on the most sensitive direction.
   against replacing as many random other positions, and against replacing the
   first byte; :func:`intervention_summary` gives medians, quantiles and the
   windows that break the pattern.
-- :func:`update_measurements` / ``python -m lipattn.book.lm CHECKPOINT --only
-  growth,interventions``: both, computed from the final checkpoint alone and
-  written into its ``measurements.json`` under the keys ``growth`` and
-  ``interventions`` (the rest of the file is kept).
+- :func:`update_measurements` / ``python -m lipattn.book.lmprobe CHECKPOINT
+  [--only growth,interventions]``: both, computed from the final checkpoint
+  alone and written into the ``measurements.json`` that ``python -m
+  lipattn.book.lm`` wrote there, under the keys ``growth``, ``growth_random``
+  and ``interventions`` (the rest of the file is kept).
 
 Every constant is exact to the relative tolerance ``tol`` (Lanczos's certified
 residual), Frobenius norms on both sides, in the model's float64.
@@ -24,20 +25,23 @@ residual), Frobenius norms on both sides, in the model's float64.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._validate import as_bool, as_count, as_counts, as_seed, as_tol
 from ..layers import layer_lipschitz
+from . import lm
 from ._check import as_dir, as_result
 
 __all__ = ["LENGTHS", "CASTIN_CURVES", "CASTIN_N", "random_init", "attention_growth",
            "growth_summary",
-           "byte_interventions", "intervention_summary", "update_measurements"]
+           "byte_interventions", "intervention_summary", "update_measurements", "main"]
 
 #: Window lengths n at which :func:`attention_growth` measures.
 LENGTHS = (2, 4, 8, 16, 32, 64, 128)
@@ -56,8 +60,6 @@ PARTS = ("growth", "interventions")
 
 
 def _setup(model: Any, windows: Any) -> tuple[Any, np.ndarray]:
-    from . import lm  # lm's command line imports this module
-
     model = lm._check_model(model)
     return model, lm._windows(windows, model.wte.shape[0])
 
@@ -311,7 +313,6 @@ def update_measurements(path: str | os.PathLike, parts: Any = PARTS, *,
     whole updated dict, as read back (lists as arrays).
     """
     from ..models import load
-    from . import lm
 
     path = as_dir(path, "path")
     if isinstance(parts, str):
@@ -348,3 +349,18 @@ def update_measurements(path: str | os.PathLike, parts: Any = PARTS, *,
     data.update(new)
     (path / lm.MEASUREMENTS).write_text(json.dumps(data, separators=(",", ":")) + "\n")
     return lm.read_measurements(path)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``python -m lipattn.book.lmprobe CHECKPOINT [--only growth,interventions]``:
+    :func:`update_measurements` with its defaults, printing progress."""
+    ap = argparse.ArgumentParser(prog="python -m lipattn.book.lmprobe", description=__doc__)
+    ap.add_argument("checkpoint", type=Path)
+    ap.add_argument("--only", default=",".join(PARTS),
+                    help="comma-separated parts (default: all of " + ", ".join(PARTS) + ")")
+    a = ap.parse_args(argv)
+    return update_measurements(a.checkpoint, a.only, progress=True)
+
+
+if __name__ == "__main__":
+    main()
