@@ -39,7 +39,7 @@ from ..layers import layer_lipschitz
 from . import lm
 from ._check import as_dir, as_result
 
-__all__ = ["LENGTHS", "CASTIN_CURVES", "CASTIN_N", "random_init", "attention_growth",
+__all__ = ["LENGTHS", "CASTIN_CURVES", "CASTIN_SETUP", "random_init", "attention_growth",
            "growth_summary",
            "byte_interventions", "intervention_summary", "update_measurements", "main"]
 
@@ -51,10 +51,14 @@ LENGTHS = (2, 4, 8, 16, 32, 64, 128)
 #: ``gpt_2/plot_gpt.py`` for the pretrained model on Alice in Wonderland,
 #: ``coef`` and ``pow``; ``gpt2_random/plot_gpt_random.py`` for a random
 #: initialisation): name -> (layer index ``b`` of ``model.h[b].attn``, c, p).
-#: Their scripts measure n = 2, 4, ..., 98 BPE tokens, 10 windows each.
 CASTIN_CURVES = {"pretrained": ((0, 35.3, 0.26), (6, 25.0, 0.51)),
                  "random": ((6, 0.445, 0.25),)}
-CASTIN_N = (2, 98)
+#: Their measurement's setup (``gpt_2/process_gpt.py``, ``gpt_2/compute_gpt.py``):
+#: the lengths n (every even n from the first to the second), windows per n,
+#: the power iteration's stopping tolerance on successive estimates of
+#: :math:`\|J\|_2^2` and its iteration cap, and the layers ``b`` measured.
+CASTIN_SETUP = {"n": (2, 98), "per_n": 10, "power_tol": 5e-4, "max_iter": 500,
+                "layers": (0, 6)}
 #: The parts :func:`update_measurements` can compute.
 PARTS = ("growth", "interventions")
 
