@@ -55,20 +55,22 @@ def fig_growth(growth: dict, random: dict) -> Figure:
 def fig_interventions(res: dict) -> Figure:
     """Per window, the stack's constant after replacing bytes over its own constant
     (median over draws): at the top positions of its most sensitive direction
-    (x) against as many random positions (y), log-log, with the diagonal; and
-    the first byte (grey crosses, at the same x)."""
+    (x) against as many random positions (y), with the diagonal; and the
+    first byte (grey crosses, at the same x). Linear axes: the ratios are
+    near 1."""
     d = as_result(res, "res", ("base", "top", "random", "first"),
                   producer="byte_interventions")
     base = np.asarray(d["base"], float)[:, None]
     med = {a: np.median(np.asarray(d[a], float) / base, axis=1)
            for a in ("top", "random", "first")}
     fig, ax = plotting.figure(1, width=4.6, height=3.6)
-    ax.loglog(med["top"], med["random"], "o", ms=4, alpha=0.75, color="C0",
+    ax.plot(med["top"], med["random"], "o", ms=4, alpha=0.75, color="C0",
               label="random positions")
-    ax.loglog(med["top"], med["first"], "x", ms=4, alpha=0.75, color="0.45",
+    ax.plot(med["top"], med["first"], "x", ms=4, alpha=0.75, color="0.45",
               label="first byte")
     allv = np.concatenate(list(med.values()))
-    lim = [allv.min() / 1.1, allv.max() * 1.1]
+    pad = 0.05 * (allv.max() - allv.min())
+    lim = [allv.min() - pad, allv.max() + pad]
     ax.plot(lim, lim, "--", color=plotting.ONE_COLOR, lw=1, label="equal change")
     ax.axhline(1, color="0.7", lw=0.8)
     ax.axvline(1, color="0.7", lw=0.8)
