@@ -155,7 +155,9 @@ def _cheap() -> dict[str, dict[str, Any]]:
     shipped = lm.read_measurements(lm.checkpoint_dir(weights=False), check=False)
     meas, traj = shipped["measure"], shipped["trajectory"]
     tiny_lm = bytelm.build(1, 8, 2, 8)[1]
-    ck_copy = Path(tempfile.mkdtemp(prefix="lmprobe-")) / "m"   # update_measurements writes
+    # update_measurements writes: a copy, in one fixed place (the sweep runs in a child)
+    ck_copy = Path(tempfile.gettempdir()) / "lipattn-lmprobe-sweep" / "m"
+    shutil.rmtree(ck_copy, ignore_errors=True)
     shutil.copytree(ck, ck_copy)
     return {
         "lmprobe.attention_growth": dict(model=byte_model, windows=win[:1, :4], lengths=(2, 4),
