@@ -24,7 +24,9 @@ import dataclasses
 import importlib
 import inspect
 import os
+import shutil
 import signal
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +39,7 @@ MODULES = ["audit", "quiz", "interview", "plotting", "pretrained", "widgets", "e
            "viz.collapse", "viz.collapse_explorers", "viz.lipschitz", "viz.logits",
            "viz.prenorm", "viz.real", "viz.scaling", "viz.scaling_explorers", "viz.sensitivity",
            "viz.softmax", "viz.spectral", "viz.spectral_normalisation", "lm", "viz.lm", "bytelm",
-           "corpus", "stability"]
+           "corpus", "stability", "lmprobe", "viz.lmprobe"]
 PER_CALL_S = 4.0
 
 NAN, INF = float("nan"), float("inf")
@@ -161,6 +163,10 @@ def _cheap() -> dict[str, dict[str, Any]]:
                   for lr in (1e-2, 1e-1) for s in (0, 1) for qk in (False, True)
                   for mit in (False, True)]
     stab = {"args": {}, "git_commit": "x", "runs": sweep_runs, "cells": []}
+    # update_measurements writes: a copy, in one fixed place (the sweep runs in a child)
+    ck_copy = Path(tempfile.gettempdir()) / "lipattn-lmprobe-sweep" / "m"
+    shutil.rmtree(ck_copy, ignore_errors=True)
+    shutil.copytree(ck, ck_copy)
     return {
         "stability.build": dict(qk_norm=True, n_layer=1, d=8, n_head=2),
         "stability.gain_bound": dict(model=qk_model),
@@ -172,6 +178,18 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "stability.read_results": dict(),
         "viz.lm.fig_stability_lr": dict(result=stab),
         "viz.lm.fig_stability_training": dict(result=stab, lr=0.1),
+        "lmprobe.attention_growth": dict(model=byte_model, windows=win[:1, :4], lengths=(2, 4),
+                                         tol=1e-3),
+        "lmprobe.growth_summary": dict(growth=shipped["growth"]),
+        "lmprobe.random_init": dict(model=byte_model),
+        "lmprobe.byte_interventions": dict(model=byte_model, windows=win[:1, :4], n_pos=1,
+                                           draws=1, tol=1e-3),
+        "lmprobe.intervention_summary": dict(res=shipped["interventions"]),
+        "viz.lmprobe.fig_growth": dict(growth=shipped["growth"],
+                                       random=shipped["growth_random"]),
+        "viz.lmprobe.fig_interventions": dict(res=shipped["interventions"]),
+        "lmprobe.update_measurements": dict(path=ck_copy, parts="growth", growth_windows=1,
+                                            random_seeds=1),
         "lm.weights_sha256": dict(path=ck),
         "lm.window_tokens": dict(text=text, N=8, count=2),
         "lm.attention_stats": dict(model=byte_model, tokens=win[0]),
@@ -393,6 +411,10 @@ KINDS = {
     "lm.precompute.run_dir": "path", "lm.precompute.cache": "outdir", "lm.precompute.tol": "pos",
     "lm.read_measurements.path": "path", "lm.recipe.lang": "choice",
     "viz.lm.byte_label.lang": "choice", "bytelm.heldout_windows.text": "obj",
+    "lmprobe.update_measurements.path": "path",
+    "lmprobe.attention_growth.windows": "array", "lmprobe.attention_growth.lengths": "counts",
+    "lmprobe.attention_growth.tol": "pos", "lmprobe.byte_interventions.windows": "array",
+    "lmprobe.byte_interventions.tol": "pos",
     "bytelm.heldout_bits.windows": "array", "corpus.stdlib_corpus.root": "path",
     "stability.read_results.path": "path", "stability.train_run.keep_at": "obj",
     "stability.train_run.corpus": "obj", "stability.summarise.runs": "obj",
@@ -418,6 +440,7 @@ SKIP = {
     "viz.scaling_explorers.DExplorerData": "a record of d_explorer_data",
     "viz.softmax.SearchResult": "a record of norm_search",
     "lm.main": "the command line (argparse)", "bytelm.main": "the command line (argparse)",
+    "lmprobe.main": "the command line (argparse)",
     "bytelm.train": "trains for minutes (the command line, argparse)",
     "stability.main": "the command line (argparse)",
 }
@@ -443,7 +466,8 @@ def _public() -> list[tuple[str, Any]]:
 #: Callables whose good call takes seconds (their own tests run it): no check of it here.
 SLOW = {"pretrained.measure", "viz.sensitivity.depth_scan",
         "viz.spectral_normalisation.tracking_summary", "viz.logits.longer_runs",
-        "lm.window_constants", "lm.measure", "lm.precompute", "corpus.stdlib_corpus"}
+        "lm.window_constants", "lm.measure", "lm.precompute", "corpus.stdlib_corpus",
+        "lmprobe.update_measurements"}
 
 
 def cases() -> list[tuple[str, Callable, dict[str, Any], str, str, Any, str]]:

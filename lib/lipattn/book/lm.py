@@ -655,7 +655,9 @@ def trajectory_summary(traj: dict) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m lipattn.book.lm CHECKPOINT [--run RUN_DIR]``: write the measurements
-    (default ``CHECKPOINT/measurements.json``) and return them."""
+    (default ``CHECKPOINT/measurements.json``) and return them. The parts that need
+    only the final checkpoint and are added to that file afterwards are
+    :mod:`lipattn.book.lmprobe`'s: ``python -m lipattn.book.lmprobe CHECKPOINT``."""
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.lm", description=__doc__)
     ap.add_argument("checkpoint", type=Path)
     ap.add_argument("--run", type=Path, default=None, help="directory of step-XXXXXX checkpoints")
