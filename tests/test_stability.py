@@ -141,3 +141,51 @@ def test_stability_figures_draw_the_medians():
     assert np.allclose(fig.axes[0].lines[0].get_ydata(), [1.0, 5.0, 900.0])
     with pytest.raises(ValueError, match="lr"):
         lmviz.fig_stability_training(R, 0.5)
+
+
+def _rms(x, g, eps=1e-6):
+    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * g
+
+
+def test_max_logits_against_queries_and_keys_rebuilt_by_hand():
+    """Independent of the library's attention: RMSNorm, per-head RMSNorm with
+    gains, and Hugging Face's half-split RoPE (rotate_half) written out here."""
+    rng = np.random.default_rng(3)
+    m, _ = st.build(True, 1, 32, 2, seed=2)
+    a, b = m.blocks[0].attn, m.blocks[0]
+    for gn in (a.q_norm.g, a.k_norm.g):
+        gn[...] = rng.uniform(0.5, 3.0, gn.shape)
+    for W in (a.W_Q, a.W_K):
+        W[...] *= 50
+    t = rng.integers(0, 256, (2, 10))
+    X = _rms(m.embed_tokens[t].astype(np.float64), b.norm_1.g)
+    dh, N = a.head_dim, t.shape[1]
+
+    def heads(W, g):
+        Y = (X @ W.astype(np.float64)).reshape(2, N, -1, dh).swapaxes(1, 2)
+        return _rms(Y, g.astype(np.float64))
+    ang = np.arange(N)[:, None] / 1e4 ** (np.arange(0, dh, 2) / dh)
+    ang = np.concatenate([ang, ang], -1)
+
+    def rope(Y):
+        half = np.concatenate([-Y[..., dh // 2:], Y[..., :dh // 2]], -1)
+        return Y * np.cos(ang) + half * np.sin(ang)
+    Q, K = rope(heads(a.W_Q, a.q_norm.g)), rope(heads(a.W_K, a.k_norm.g))
+    T = Q @ K.swapaxes(-1, -2) / math.sqrt(dh)
+    mine = np.abs(T[..., np.tril(np.ones((N, N), bool))]).max()
+    assert np.isclose(st.max_logits(m, t)[0], mine, rtol=1e-4)
+    assert mine <= st.gain_bound(m)[0]
+
+
+def test_gain_bound_is_attained_in_the_limit():
+    """Equal gains c, W_Q = W_K large: the diagonal logit at position 0 (no
+    rotation) is c^2 d_h m/(m + eps)/sqrt(d_h) -> c^2 sqrt(d_h), the bound."""
+    m, _ = st.build(True, 1, 32, 2, seed=0)
+    a = m.blocks[0].attn
+    a.q_norm.g[...] = a.k_norm.g[...] = 2.5
+    a.W_Q[...] *= 1e3
+    a.W_K[...] = a.W_Q
+    t = np.zeros((1, 1), np.int64)
+    got, bound = st.max_logits(m, t)[0], st.gain_bound(m)[0]
+    assert math.isclose(bound, 2.5 ** 2 * math.sqrt(a.head_dim))
+    assert bound * (1 - 1e-5) < got <= bound * (1 + 1e-6)

@@ -541,8 +541,9 @@ def constants_summary(meas: dict) -> dict[str, float]:
 
 
 def uniform_first_mass(N: int) -> float:
-    r"""The mean over queries 2..N of the mass on position 1 under uniform causal
-    attention: :math:`\frac{1}{N-1}\sum_{i=2}^N \frac1i` (N >= 2)."""
+    r"""The mean over queries 1..N-1 (counted from 0) of the mass on position 0
+    under uniform causal attention: :math:`\frac{1}{N-1}\sum_{i=1}^{N-1}
+    \frac1{i+1}` (N >= 2)."""
     N = as_count(N, "N", minimum=2, maximum=1 << 30)
     return float(np.mean(1.0 / np.arange(2, N + 1)))
 
