@@ -116,7 +116,8 @@ def missing_messages(pot: Path, po: Path) -> list[str]:
 
 # --- the checker, on fixture catalogues --------------------------------------
 
-_HEADER = 'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n"Language: zh_CN\\n"\n\n'
+_HEADER = ('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n'
+           '"Language: zh_CN\\n"\n\n')
 _GOOD = {
     "The norm is $\\|J\\|_2 \\le 1/2$, see {ref}`the bound <sec-bound>` and `lipattn.softmax`.":
         "范数满足 $\\|J\\|_2 \\le 1/2$，见 {ref}`界 <sec-bound>` 与 `lipattn.softmax`。",
