@@ -7,8 +7,8 @@
   to fail on a small fixture catalogue.
 * The mechanism, on a small fixture book: the zh build reuses the English
   build's execution cache, glue roles in translated text render, every page
-  links to its twin, untranslated pages say so, a second build of both
-  languages changes nothing.
+  links to its twin, untranslated pages say so, figures take their alt text
+  from figures.po, a second build of both languages changes nothing.
 * The built site (marker ``book``): both editions have the same pages, the
   same glued numbers, and their links to each other.
 """
@@ -231,12 +231,28 @@ glue("name", "spectral", display=False)
 print("executed", flush=True)
 ```
 
+```{code-cell} ipython3
+:tags: [remove-cell]
+from lipattn.book import plotting
+plotting.setup_notebook()
+fig, ax = plotting.figure(width=4.0, height=2.0)
+ax.plot([0, 1], [0, 1])
+plotting.glue_figure("fig-line", fig, "A straight line.")
+```
+
+```{glue:figure} fig-line
+:name: fig-line
+
+A line.
+```
+
 The answer is {glue:text}`answer:.2f` and the name is {glue:text}`name`, with $x^2$ \
 and `code`; see {ref}`sec-first`.
 """
 _TRANSLATION = {
     "The page": "页面",
     "First section": "第一节",
+    "A line.": "一条线。",
     "The answer is {glue:text}`answer:.2f` and the name is {glue:text}`name`, with $x^2$ and "
     "`code`; see {ref}`sec-first`.":
         "答案是 {glue:text}`answer:.2f`，名称是 {glue:text}`name`，公式 $x^2$，代码 `code`；"
@@ -306,6 +322,13 @@ def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
     _book(src)
     en = _english(src)
     assert "Executing notebook" in en.stdout + en.stderr
+    from lipattn.book.sphinxext import figures_pot
+
+    alts = src / "_build" / "figures.pot"  # as `make gettext` does, from the English images
+    assert figures_pot(src / "_build" / "html" / "_images", alts) == 1
+    assert "A straight line." in alts.read_text(encoding="utf-8")
+    _po(src / "locale" / "zh_CN" / "LC_MESSAGES" / "figures.po",
+        {"A straight line.": "一条直线的图。"})
     zh = _chinese(src)
     log = zh.stdout + zh.stderr
     assert "Executing notebook" not in log and "Using cached notebook" in log, log[-3000:]
@@ -328,6 +351,11 @@ def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
     assert '<div lang="en">' in other and "Not translated yet." in other
     english = (out / "other.html").read_text(encoding="utf-8")
     assert "lp-untranslated" not in english and '<html lang="en"' in english
+
+    # the caption is translated; the alt text (set in code) comes from figures.po
+    assert "一条线。" in text
+    assert 'alt="A straight line."' in (out / "page.html").read_text(encoding="utf-8")
+    assert 'alt="一条直线的图。"' in page
 
     # nothing of the zh build inside the English site but zh/
     assert not (out / "jupyter_execute").exists() and not (out / "lipattn-mathjax").exists()
@@ -407,3 +435,42 @@ def test_the_chinese_search_index_splits_chinese_words(built_html: Path):
     data = json.loads(index[index.index("(") + 1:index.rindex(")")])
     for term in ("谱范数", "预热", "范数"):
         assert term in data["terms"], term
+
+
+# --- figure alt text -------------------------------------------------------------
+
+def test_figure_alt_text_comes_from_the_figures_catalogue(tmp_path: Path):
+    """Alt text is set in code (plotting.set_alt), not in the page: `make
+    gettext` collects it from the English build's images (figures.pot), and
+    the translation's figures take it from figures.po (fuzzy or empty
+    entries stay English)."""
+    from babel.messages.pofile import read_po
+
+    from lipattn.book import plotting
+    from lipattn.book.sphinxext import alt_catalogue, figures_pot, rewrite_page
+
+    site = tmp_path / "site"
+    (site / "chapters").mkdir(parents=True)
+    (site / "_images").mkdir()
+    alts = {"a.png": "Two panels: the norm against n.", "b.png": "A heatmap of the weights."}
+    for name, alt in alts.items():
+        fig, ax = plotting.figure(width=4.0, height=2.0)
+        ax.plot([0, 1], [0, 1])
+        plotting.set_alt(fig, alt)
+        (site / "_images" / name).write_bytes(plotting.figure_png(fig))
+    pot = tmp_path / "figures.pot"
+    assert figures_pot(site / "_images", pot) == 2
+    with open(pot, "rb") as f:
+        assert sorted(m.id for m in read_po(f) if m.id) == sorted(alts.values())
+
+    po = _po(tmp_path / "figures.po", {alts["a.png"]: "两幅图：范数随 n 的变化。"},
+             f'#, fuzzy\nmsgid "{alts["b.png"]}"\nmsgstr "权重热图（待校）。"\n')
+    table = alt_catalogue(po)
+    assert table == {alts["a.png"]: "两幅图：范数随 n 的变化。"}
+    page = "".join(f'<img alt="../_images/{n}" src="../_images/{n}" />' for n in alts)
+    out = rewrite_page(page, site / "chapters", site / "_static", None, table)
+    assert 'alt="两幅图：范数随 n 的变化。"' in out
+    assert f'alt="{alts["b.png"]}"' in out  # fuzzy: the English stays
+    english = rewrite_page(page, site / "chapters", site / "_static", None)
+    assert f'alt="{alts["a.png"]}"' in english
+    assert alt_catalogue(tmp_path / "missing.po") == {}

@@ -14,6 +14,9 @@ Usage (from the book's root; the Makefile's ``html-zh`` and ``gettext``)::
 
     python -m lipattn.book.edition build [-n] [-W] [--keep-going]
     python -m lipattn.book.edition gettext     # .pot files, then sphinx-intl update
+
+``gettext`` also collects the figures' alt texts from the English build
+(``_build/html/_images``) into ``figures.pot`` (catalogue ``figures.po``).
 """
 
 from __future__ import annotations
@@ -124,6 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     scratch = root / "_build" / "gettext-build"
     shutil.rmtree(scratch, ignore_errors=True)
     templates = pot(root, scratch)
+    images = root / "_build" / "html" / "_images"
+    if images.is_dir():  # the figures' alt texts, from the English build
+        from .sphinxext import FIGURES_DOMAIN, figures_pot
+
+        n = figures_pot(images, templates / f"{FIGURES_DOMAIN}.pot")
+        print(f"{n} figure alt texts in {FIGURES_DOMAIN}.pot")
+    else:
+        print("no English build: figures.pot (alt texts) not regenerated (make html-en first)")
     return subprocess.call([sys.executable, "-m", "sphinx_intl", "update", "-p", str(templates),
                             "-l", tr["language"], "-d", "locale", "-w", "0"])
 

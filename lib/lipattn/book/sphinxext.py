@@ -77,7 +77,12 @@ It does what ``_config.yml`` alone cannot:
    the catalogue, without the notebook) become myst-nb's pending glue
    references to the page itself, resolved from its glue data like a
    cross-document paste. The English build leaves the translation's folder
-   alone (:func:`finish_site` skips nested sites) and vice versa.
+   alone (:func:`finish_site` skips nested sites) and vice versa. Figure alt
+   text is set in code (:func:`lipattn.book.plotting.set_alt`), so it is not
+   in the pages' catalogues: ``make gettext`` collects the English build's
+   alt texts into ``figures.pot`` (:func:`figures_pot`), translated in
+   ``<locale>/<language>/LC_MESSAGES/figures.po``; the translation's figures
+   take their alt text from there (:func:`alt_catalogue`), else the English.
 """
 
 from __future__ import annotations
@@ -92,7 +97,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MATHJAX_FILES", "COMPLETE_MARK", "UNTRANSLATED_NOTICE", "inputs_hash",
+__all__ = ["MATHJAX_FILES", "COMPLETE_MARK", "UNTRANSLATED_NOTICE", "FIGURES_DOMAIN",
+           "figures_pot", "alt_catalogue", "inputs_hash",
            "mathjax_subset", "sync_tree", "finish_site", "rewrite_page", "is_translation",
            "translated_pages", "setup"]
 
@@ -364,6 +370,12 @@ def _env_get_outdated(app: Any, env: Any, added: set, changed: set, removed: set
     listed = getattr(app, "lipattn_translated", set())
     flipped = listed ^ getattr(env, "lipattn_translated", set())
     env.lipattn_translated = set(listed)
+    if is_translation(app.config):  # a new alt text: every page written again
+        po = _figures_po(app)
+        stamp = hashlib.sha256(po.read_bytes()).hexdigest() if po.is_file() else ""
+        if getattr(env, "lipattn_figures_po", "") != stamp:
+            env.lipattn_figures_po = stamp
+            flipped = set(env.found_docs)
     if getattr(env, "lipattn_inputs_hash", None) == digest and getattr(app, "lipattn_resume", True):
         return sorted(flipped & env.found_docs)
     env.lipattn_inputs_hash = digest
@@ -481,7 +493,7 @@ def _split_narrow(wide: Path, narrow: Path) -> None:
         im.save(wide, format="PNG", pnginfo=info, optimize=True)
 
 
-def _figures(page: str, page_dir: Path) -> str:
+def _figures(page: str, page_dir: Path, alt_text: Any = None) -> str:
     from . import plotting
 
     def fix(m: re.Match) -> str:
@@ -499,7 +511,10 @@ def _figures(page: str, page_dir: Path) -> str:
         alt = re.search(r'alt="([^"]*)"', attrs)
         if alt is None or alt.group(1).endswith(".png"):
             attrs = re.sub(r'\s*alt="[^"]*"', "", attrs)
-            attrs += f' alt="{_html.escape(meta.get("lipattn:alt", ""))}"'
+            text = meta.get("lipattn:alt", "")
+            if alt_text is not None:
+                text = alt_text.get(text, text)
+            attrs += f' alt="{_html.escape(text)}"'
         cls = re.search(r'class="([^"]*)"', attrs)
         if cls:
             attrs = attrs.replace(cls.group(0), f'class="{cls.group(1)} lp-fig"')
@@ -568,7 +583,8 @@ def _icons(page: str, table: dict) -> str:
     return _ICON_RE.sub(svg, page)
 
 
-def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None) -> str:
+def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None,
+                 alt_text: dict | None = None) -> str:
     """The built HTML of one page, made light (see the module docstring, item 7).
 
     Parameters
@@ -581,10 +597,13 @@ def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None) ->
         The site's ``_static`` folder (frames are written under it).
     icons : dict or None
         :func:`_icon_table`, or None to leave icons alone.
+    alt_text : dict or None
+        English alt text -> the alt text to show (a translation's,
+        :func:`alt_catalogue`); texts it lacks stay English.
     """
     prefix = Path(os.path.relpath(static, page_dir)).as_posix() + "/"
     page = _frames_out(page, prefix, static)
-    page = _figures(page, page_dir)
+    page = _figures(page, page_dir, alt_text)
     if icons is not None:
         page = _icons(page, icons)
         page = re.sub(
@@ -606,7 +625,8 @@ def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None) ->
     return page
 
 
-def finish_site(outdir: Path, reports_dest: Path | None = None) -> None:
+def finish_site(outdir: Path, reports_dest: Path | None = None,
+                alt_text: dict | None = None) -> None:
     """Post-process the built site in place (module docstring, item 7).
 
     Folders holding their own site (a ``.buildinfo``, e.g. a translation's
@@ -628,7 +648,7 @@ def finish_site(outdir: Path, reports_dest: Path | None = None) -> None:
         if any(f.is_relative_to(n) for n in nested):
             continue
         text = f.read_text(encoding="utf-8")
-        new = rewrite_page(text, f.parent, static, icons)
+        new = rewrite_page(text, f.parent, static, icons, alt_text)
         if new != text:
             f.write_text(new, encoding="utf-8")
         used.update((f.parent / u).resolve()
@@ -640,6 +660,52 @@ def finish_site(outdir: Path, reports_dest: Path | None = None) -> None:
     if icons is not None:
         for leftover in (fa_js, fa_js.with_name("fontawesome.js.LICENSE.txt")):
             leftover.unlink(missing_ok=True)
+
+
+#: The catalogue (domain) of the figures' alt texts, beside the pages' catalogues.
+FIGURES_DOMAIN = "figures"
+
+
+def figures_pot(images: Path | str, pot: Path | str) -> int:
+    """Write the alt texts of the figures in ``images`` (an English build's
+    ``_images``: PNGs drawn by :mod:`lipattn.book.plotting`) as a message
+    template ``pot``; returns the number of messages."""
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import write_po
+    from PIL import Image
+
+    images = Path(images)
+    if not images.is_dir():
+        raise ValueError(f"images must be an existing folder (build the English site "
+                         f"first); got {str(images)!r}")
+    cat = Catalog(fuzzy=False)
+    for png in sorted(images.glob("*.png")):
+        with Image.open(png) as im:
+            alt = dict(getattr(im, "text", {}) or {}).get("lipattn:alt")
+        if alt:
+            cat.add(alt)
+    with open(pot, "wb") as f:
+        write_po(f, cat, width=0, omit_header=False)
+    return len(cat)
+
+
+def alt_catalogue(po: Path | str) -> dict[str, str]:
+    """English alt text -> translation, from ``po`` (translated entries that
+    are not fuzzy); {} when the file does not exist."""
+    from babel.messages.pofile import read_po
+
+    po = Path(po)
+    if not po.is_file():
+        return {}
+    with open(po, "rb") as f:
+        cat = read_po(f)
+    return {m.id: m.string for m in cat if m.id and m.string and not m.fuzzy}
+
+
+def _figures_po(app: Any) -> Path:
+    dirs = app.config.locale_dirs or ["locales"]
+    return (Path(app.srcdir) / dirs[0] / app.config.language / "LC_MESSAGES"
+            / f"{FIGURES_DOMAIN}.po")
 
 
 def _reports_dest(app: Any) -> Path:
@@ -660,7 +726,8 @@ def _finish(app: Any, exception: Exception | None) -> None:
             shutil.move(str(reports), str(dest))
         return
     sync_tree(app.lipattn_mathjax, Path(app.outdir) / "_static" / "mathjax")
-    finish_site(Path(app.outdir), _reports_dest(app))
+    alt = alt_catalogue(_figures_po(app)) if is_translation(app.config) else None
+    finish_site(Path(app.outdir), _reports_dest(app), alt)
     (Path(app.doctreedir) / COMPLETE_MARK).write_text(str(app.outdir), encoding="utf-8")
 
 
