@@ -22,6 +22,19 @@ def built_html() -> Path:
     return HTML
 
 
+def central_differences(f, X, h=1e-6):
+    """Dense Jacobian of vec f at X by central differences (row-major vec), an
+    independent reference for the library's analytic Jacobians, jvps and vjps."""
+    import numpy as np
+    cols = []
+    for k in range(X.size):
+        e = np.zeros(X.size)
+        e[k] = h
+        e = e.reshape(X.shape)
+        cols.append((f(X + e) - f(X - e)).reshape(-1) / (2 * h))
+    return np.column_stack(cols)
+
+
 def drawn_glyph_pt(fig, hidden=()) -> float:
     """The smallest glyph ``fig`` draws, in points, read from the SVG that
     matplotlib writes for it (text kept as text: every glyph's font size,

@@ -214,3 +214,46 @@ def test_traps_quote_the_card_and_use_full_width_punctuation():
     for c, line in zip(CLAIMS, audit.traps("en").splitlines(), strict=True):
         for p in c.parts:
             assert p.says in line
+
+
+def _math(text: str) -> list[str]:
+    return sorted(re.sub(r"\s+", "", m) for m in re.findall(r"\$[^$]+\$", text))
+
+
+def test_chinese_scale_table_and_boxes_follow_the_english():
+    """The Chinese renderings (the audit page's ``*_zh`` glue) have the same
+    claims, verdicts, formulas and links as the English ones, full-width
+    punctuation, and every bold span closes under CommonMark."""
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+    md = MarkdownIt("commonmark").use(dollarmath_plugin)
+    words = audit._VERDICT_WORDS["zh"]
+    rows_en = _table_rows(audit.verdict_table())
+    rows_zh = _table_rows(audit.verdict_table(lang="zh"))
+    assert len(rows_zh) == len(rows_en) == len(CLAIMS) + 1
+    for c, en, zh in zip(CLAIMS, rows_en[1:], rows_zh[1:], strict=True):
+        assert _math(" ".join(en)) == _math(" ".join(zh))
+        assert re.findall(r"\{[a-z:]+\}`[^`]*<([^>]+)>`|\{prf:ref\}`([^`]+)`", en[2]) == \
+            re.findall(r"\{[a-z:]+\}`[^`]*<([^>]+)>`|\{prf:ref\}`([^`]+)`", zh[2])
+        assert [words[v] for v in c.verdicts] == re.findall(r"\*\*([^*]+)\*\*", zh[1])
+    for c in CLAIMS:
+        en, zh = audit.claim_box(c.number), audit.claim_box(c.number, "zh")
+        assert _math(en) == _math(zh)
+        assert zh.count("\n") == en.count("\n")
+        assert all(f"{{prf:ref}}`{r}`" in zh for r in c.refs)
+    scale = audit.scale_list("zh").splitlines()
+    assert [re.match(r"- \*\*(.+?)\*\*：", s).group(1) for s in scale] == [
+        words[v] for v in VERDICTS]
+    for text in (audit.scale_list("zh"), audit.verdict_table(lang="zh"),
+                 *(audit.claim_box(c.number, "zh") for c in CLAIMS)):
+        for tok in md.parse(text):
+            for t in tok.children or ():
+                assert t.type != "text" or "*" not in t.content, t.content
+        prose = re.sub(r"\$[^$]*\$|`[^`]*`", "M", text)
+        assert not re.search(r"[\u4e00-\u9fff][,;:()]|[,;:()][\u4e00-\u9fff]", prose)
+        assert not re.search(r"残差(?!连接|流|缩放)", prose)
+    for f in (audit.scale_list, lambda lang: audit.verdict_table(lang=lang),
+              lambda lang: audit.claim_box(1, lang)):
+        with pytest.raises(ValueError, match="lang must be one of"):
+            f("fr")
+    assert audit.scale_list() == audit.scale_list("en")

@@ -37,7 +37,7 @@ MODULES = ["audit", "quiz", "interview", "plotting", "pretrained", "widgets", "e
            "viz.collapse", "viz.collapse_explorers", "viz.lipschitz", "viz.logits",
            "viz.prenorm", "viz.real", "viz.scaling", "viz.scaling_explorers", "viz.sensitivity",
            "viz.softmax", "viz.spectral", "viz.spectral_normalisation", "lm", "viz.lm", "bytelm",
-           "corpus"]
+           "corpus", "stability"]
 PER_CALL_S = 4.0
 
 NAN, INF = float("nan"), float("inf")
@@ -121,7 +121,7 @@ def kind_of(name: str, annotation: Any, default: Any) -> str:
 
 def _cheap() -> dict[str, dict[str, Any]]:
     """Good, cheap arguments per callable ("module.name"), built lazily."""
-    from lipattn.book import audit, bytelm, lm, pretrained, quiz
+    from lipattn.book import audit, bytelm, lm, pretrained, quiz, stability
     from lipattn.book.viz import (
         collapse,
         lipschitz,
@@ -153,7 +153,25 @@ def _cheap() -> dict[str, dict[str, Any]]:
     shipped = lm.read_measurements(lm.checkpoint_dir(weights=False), check=False)
     meas, traj = shipped["measure"], shipped["trajectory"]
     tiny_lm = bytelm.build(1, 8, 2, 8)[1]
+    qk_model = stability.build(True, 1, 8, 2)[0]
+    sweep_runs = [{"qk_norm": qk, "mitigations": mit, "lr": lr, "seed": s,
+                   "eval_steps": [0, 10], "heldout_bits": [8.0, 3.0 + lr],
+                   "max_logit": [[1.0], [4.0]], "gain_bound": [[2.0], [6.0]] if qk else [],
+                   "diverged_at": None, "const": {"0": [1.0], "10": [2.0]}}
+                  for lr in (1e-2, 1e-1) for s in (0, 1) for qk in (False, True)
+                  for mit in (False, True)]
+    stab = {"args": {}, "git_commit": "x", "runs": sweep_runs, "cells": []}
     return {
+        "stability.build": dict(qk_norm=True, n_layer=1, d=8, n_head=2),
+        "stability.gain_bound": dict(model=qk_model),
+        "stability.max_logits": dict(model=qk_model, windows=np.zeros((2, 4), int)),
+        "stability.train_run": dict(qk_norm=True, lr=1e-2, seed=0, mitigations=True, steps=2,
+                                    n_layer=1, d=8, n_head=2, context=8, batch=2,
+                                    eval_every=1, eval_windows=2, corpus=(text, text)),
+        "stability.summarise": dict(runs=sweep_runs), "stability.summary": dict(result=stab),
+        "stability.read_results": dict(),
+        "viz.lm.fig_stability_lr": dict(result=stab),
+        "viz.lm.fig_stability_training": dict(result=stab, lr=0.1),
         "lm.weights_sha256": dict(path=ck),
         "lm.window_tokens": dict(text=text, N=8, count=2),
         "lm.attention_stats": dict(model=byte_model, tokens=win[0]),
@@ -306,7 +324,9 @@ KINDS = {
     "audit.claim.number": "count", "audit.claim_box.number": "count",
     "audit.section_label.number": "count",
     "audit.interview_answer.chapter": "choice", "audit.interview_answer.lang": "choice",
-    "audit.traps.lang": "choice", "quiz.Quiz.lang": "choice",
+    "audit.traps.lang": "choice", "audit.scale_list.lang": "choice",
+    "audit.verdict_table.lang": "choice", "audit.claim_box.lang": "choice",
+    "quiz.Quiz.lang": "choice",
     "quiz.Quiz.from_yaml.lang": "choice", "quiz.Quiz.from_yaml.path": "obj",
     "quiz.Quiz.from_yaml.select": "counts",
     "interview.load.chapter": "choice", "interview.stale_fields.chapter": "choice",
@@ -371,8 +391,11 @@ KINDS = {
     "lm.cached_trajectory.windows": "array", "lm.cached_trajectory.tol": "pos",
     "lm.cached_trajectory.cache": "outdir", "lm.precompute.path": "path",
     "lm.precompute.run_dir": "path", "lm.precompute.cache": "outdir", "lm.precompute.tol": "pos",
-    "lm.read_measurements.path": "path", "bytelm.heldout_windows.text": "obj",
+    "lm.read_measurements.path": "path", "lm.recipe.lang": "choice",
+    "viz.lm.byte_label.lang": "choice", "bytelm.heldout_windows.text": "obj",
     "bytelm.heldout_bits.windows": "array", "corpus.stdlib_corpus.root": "path",
+    "stability.read_results.path": "path", "stability.train_run.keep_at": "obj",
+    "stability.train_run.corpus": "obj", "stability.summarise.runs": "obj",
 }
 
 #: Callables the sweep leaves out, with the reason.
@@ -396,6 +419,7 @@ SKIP = {
     "viz.softmax.SearchResult": "a record of norm_search",
     "lm.main": "the command line (argparse)", "bytelm.main": "the command line (argparse)",
     "bytelm.train": "trains for minutes (the command line, argparse)",
+    "stability.main": "the command line (argparse)",
 }
 
 

@@ -57,3 +57,51 @@ def test_causal_lm_rejects_bad_tokens():
         lm.forward(np.zeros(7, int))
     with pytest.raises(TypeError, match="tokens must be an integer array"):
         lm.forward(np.zeros(3))
+
+
+def test_z_loss_against_finite_differences_and_closed_form():
+    rng = np.random.default_rng(3)
+    Z, y = 3 * rng.normal(size=(2, 4, 7)), rng.integers(0, 7, (2, 4))
+    c = 0.37
+    loss, dZ = cross_entropy(Z, y, z_loss=c)
+    lse = np.log(np.exp(Z).sum(-1))                      # independent reference
+    ce = (lse - np.take_along_axis(Z, y[..., None], -1)[..., 0]).mean()
+    assert np.isclose(loss, ce + c * (lse ** 2).mean(), rtol=1e-12)
+    assert np.array_equal(cross_entropy(Z, y, z_loss=0.0)[1], cross_entropy(Z, y)[1])
+    h = 1e-6
+    for _ in range(3):
+        E = rng.normal(size=Z.shape)
+        fd = (cross_entropy(Z + h * E, y, z_loss=c)[0]
+              - cross_entropy(Z - h * E, y, z_loss=c)[0]) / (2 * h)
+        assert np.isclose(fd, (dZ * E).sum(), rtol=1e-7)
+    # the z-loss term alone pulls a shifted logit row back: its gradient sums to 2c logZ / M
+    g_z = dZ - cross_entropy(Z, y)[1]
+    assert np.allclose(g_z.sum(-1), 2 * c * lse / y.size, rtol=1e-10)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), True, "0.1"])
+def test_z_loss_rejects_bad_coefficients(bad):
+    with pytest.raises(ValueError, match="z_loss"):
+        cross_entropy(np.zeros((2, 3)), np.zeros(2, int), z_loss=bad)
+
+
+def test_causal_lm_without_position_embedding_matches_finite_differences():
+    from lipattn.layers import RMSNorm
+    rng = np.random.default_rng(4)
+    wte = rng.normal(size=(9, 4))
+    lm = CausalLM(wte, None, Sequential([RMSNorm(1 + 0.1 * rng.normal(size=4), 1e-6)]))
+    assert "wpe" not in lm.params and len(lm.params) == 2
+    t, y = rng.integers(0, 9, (2, 12)), rng.integers(0, 9, (2, 12))
+    logits, state = lm.forward(t)
+    assert np.allclose(logits, lm.body.forward(wte[t])[0] @ wte.T)
+    _, G = cross_entropy(logits, y, z_loss=0.1)
+    _, grads = lm.backward(state, G)
+    h = 1e-6
+    for k, p in lm.params.items():
+        E = rng.normal(size=p.shape)
+        p += h * E
+        up = cross_entropy(lm.forward(t)[0], y, z_loss=0.1)[0]
+        p -= 2 * h * E
+        down = cross_entropy(lm.forward(t)[0], y, z_loss=0.1)[0]
+        p += h * E
+        assert np.isclose((up - down) / (2 * h), (grads[k] * E).sum(), rtol=1e-6), k

@@ -92,6 +92,25 @@ def test_gelu_closed_forms_and_names():
     assert gelu(x.astype(np.float32))[0].dtype == np.float32
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_tanh_is_finite_and_exact_for_huge_inputs(dtype):
+    # the tanh form, written out: 0.5 x (1 + tanh u), u = sqrt(2/pi)(x + 0.044715 x^3)
+    x = np.linspace(-25, 25, 501)
+    u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+    t = np.tanh(u)
+    du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x**2)
+    y, dy = gelu_new(x)
+    np.testing.assert_allclose(y, 0.5 * x * (1 + t), rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(dy, 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du,
+                               rtol=1e-14, atol=1e-300)
+    big = np.array([-np.finfo(dtype).max, -1e30, -30, 30, 1e30, np.finfo(dtype).max], dtype)
+    with np.errstate(all="raise"):
+        y, dy = gelu_new(big)                                    # no overflow, no NaN
+    np.testing.assert_array_equal(y, np.where(big > 0, big, 0))  # the ReLU limits
+    np.testing.assert_array_equal(dy, (big > 0).astype(dtype))
+    assert y.dtype == dy.dtype == dtype
+
+
 def test_rmsnorm_offset_is_a_gain_of_one_plus_g():
     rng = np.random.default_rng(0)
     g, X = rng.standard_normal(D), rng.standard_normal((3, D))

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import central_differences
 
 from lipattn import attention
 from lipattn.adversarial import sink_tokens, two_sided_tokens
@@ -41,17 +42,6 @@ def problem(N, d, dk, dv, seed=0, scale=1.0):
     rng = np.random.default_rng(seed)
     return (scale * rng.standard_normal((N, d)), rng.standard_normal((d, dk)),
             rng.standard_normal((d, dk)), rng.standard_normal((d, dv)))
-
-
-def central_differences(f, X, h=1e-6):
-    """Dense Jacobian of vec f at X by central differences, row-major vec."""
-    cols = []
-    for k in range(X.size):
-        e = np.zeros(X.size)
-        e[k] = h
-        e = e.reshape(X.shape)
-        cols.append((f(X + e) - f(X - e)).reshape(-1) / (2 * h))
-    return np.column_stack(cols)
 
 
 @pytest.mark.parametrize("N,d,dk,dv", SHAPES)

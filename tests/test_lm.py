@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import central_differences
 
 from lipattn.book import lm
 from lipattn.models import GPT2, load, random_state_dict
@@ -32,16 +33,6 @@ def ckpt(tmp_path_factory):
     return _save(tmp_path_factory.mktemp("lm") / "m", scale=3.0)
 
 
-def dense(f, X, h=1e-6):
-    cols = []
-    for k in range(X.size):
-        E = np.zeros(X.size)
-        E[k] = h
-        E = E.reshape(X.shape)
-        cols.append(((f(X + E) - f(X - E)) / (2 * h)).ravel())
-    return np.column_stack(cols)
-
-
 TOK = np.array([72, 101, 108, 108, 111, 32, 119, 111])
 
 
@@ -49,23 +40,23 @@ def test_window_constants_match_dense_jacobians(ckpt):
     m = load(ckpt)
     r = lm.window_constants(m, TOK, tol=1e-10)
     H = m.embed(TOK)
-    J = dense(lambda Z: m.forward(Z), H)
+    J = central_differences(lambda Z: m.forward(Z), H)
     U, s, Vt = np.linalg.svd(J)
     assert abs(r["stack"] - s[0]) < 1e-6 * s[0]
     # the energy of the top right singular vector per position (sign-free)
     assert np.allclose(r["energy"], np.sum(Vt[0].reshape(H.shape) ** 2, axis=1), atol=1e-5)
     assert abs(r["energy"].sum() - 1) < 1e-9
-    Jf = dense(lambda Z: m.forward(Z, final_norm=True), H)
+    Jf = central_differences(lambda Z: m.forward(Z, final_norm=True), H)
     assert abs(r["stack_final"] - np.linalg.norm(Jf, 2)) < 1e-6 * r["stack_final"]
     X = H
     for i in range(L):
-        Jb = dense(lambda Z, i=i: m.forward(Z, start=i, stop=i + 1), X)
+        Jb = central_differences(lambda Z, i=i: m.forward(Z, start=i, stop=i + 1), X)
         assert abs(r["block"][i] - np.linalg.norm(Jb, 2)) < 1e-6 * r["block"][i]
         blk = m.blocks[i]
-        Ja = dense(lambda Z, b=blk: b.attention_branch.forward(Z)[0], X)
+        Ja = central_differences(lambda Z, b=blk: b.attention_branch.forward(Z)[0], X)
         assert abs(r["attention"][i] - np.linalg.norm(Ja, 2)) < 1e-6 * r["attention"][i]
         Xm = blk.layers[0].forward(X)[0]
-        Jm = dense(lambda Z, b=blk: b.mlp_branch.forward(Z)[0], Xm)
+        Jm = central_differences(lambda Z, b=blk: b.mlp_branch.forward(Z)[0], Xm)
         assert abs(r["mlp"][i] - np.linalg.norm(Jm, 2)) < 1e-6 * r["mlp"][i]
         # Theorem 7.1's bounds hold, and the chain rule: block <= (1 + a)(1 + m)
         assert r["attn_exact"][i] <= min(r["head_sum"][i], r["head_sqrt"][i]) * (1 + 1e-8)
@@ -81,7 +72,7 @@ def test_prefixes_are_the_leading_blocks_of_the_jacobian(ckpt):
     r = lm.window_constants(m, TOK, tol=1e-10, prefixes=(1, 3, 5, 8, 64))
     assert r["prefix_k"].tolist() == [1, 3, 5, 8]
     H = m.embed(TOK)
-    J = dense(lambda Z: m.forward(Z), H).reshape(CTX, D, CTX, D)
+    J = central_differences(lambda Z: m.forward(Z), H).reshape(CTX, D, CTX, D)
     for k, c in zip(r["prefix_k"], r["prefix"], strict=True):
         lead = J[:k, :, :k, :].reshape(k * D, k * D)
         assert abs(c - np.linalg.norm(lead, 2)) < 1e-6 * c
@@ -216,6 +207,13 @@ def test_recipe_and_parameter_count(ckpt):
                    "clip": "1.0"})
     assert r == ("a cosine decay to 0.0003, decoupled weight decay 0.1, "
                  "gradient clipping at norm 1")
+    assert lm.recipe({"decay": "constant"}, "zh") == "此后学习率保持不变"
+    r_zh = lm.recipe({"decay": "cosine", "min_lr": "0.0003", "weight_decay": "0.1",
+                      "clip": "1.0"}, lang="zh")
+    assert r_zh == "余弦衰减到 0.0003，解耦权重衰减 0.1，梯度范数裁剪到 1"
+    assert lm.recipe({"decay": "cosine"}, "zh") == "余弦衰减到峰值的十分之一"
+    with pytest.raises(ValueError, match="lang must be one of"):
+        lm.recipe({"decay": "constant"}, "fr")
     sd = random_state_dict("gpt2", L, D, HEADS, vocab=256, n_pos=CTX)
     n = sum(v.size for v in sd.values())
     assert lm.n_parameters(load(ckpt)) == n

@@ -11,6 +11,10 @@ from lipattn.book.viz import lm as lmviz
 def test_byte_label():
     assert lmviz.byte_label(32) == "space" and lmviz.byte_label(10) == "\\n"
     assert lmviz.byte_label(ord("a")) == "'a'" and lmviz.byte_label(7) == "0x07"
+    assert lmviz.byte_label(32, "zh") == "空格" and lmviz.byte_label(10, "zh") == "\\n"
+    assert lmviz.byte_label(ord("a"), lang="zh") == "'a'"
+    with pytest.raises(ValueError, match="lang must be one of"):
+        lmviz.byte_label(32, "fr")
     with pytest.raises(ValueError, match=r"b must be an integer in \[0, 255\]"):
         lmviz.byte_label(256)
 

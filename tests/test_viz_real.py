@@ -6,22 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from conftest import central_differences
 
 from lipattn import l2attention
 from lipattn import lipschitz as lip
 from lipattn.book.explorers import get_explorer
 from lipattn.book.viz import real
 from lipattn.layers import MultiHeadAttention, layer_jacobian
-
-
-def dense_jacobian(f, X, h=1e-6):
-    cols = []
-    for k in range(X.size):
-        E = np.zeros(X.size)
-        E[k] = h
-        E = E.reshape(X.shape)
-        cols.append(((f(X + E) - f(X - E)) / (2 * h)).ravel())
-    return np.column_stack(cols)
 
 
 def test_head_constants_against_dense_jacobians():
@@ -31,14 +22,14 @@ def test_head_constants_against_dense_jacobians():
     attn = MultiHeadAttention(*W, n_head=h, b_Q=rng.standard_normal(d), mask="causal")
     X = rng.standard_normal((5, d))
     hc = real.head_constants(attn, X)
-    full = np.linalg.norm(dense_jacobian(lambda Z: attn.forward(Z)[0], X), 2)
+    full = np.linalg.norm(central_differences(lambda Z: attn.forward(Z)[0], X), 2)
     assert abs(hc["exact"] - full) < 1e-6 * full
     for i in range(h):
         head = attn.head(i)
-        Li = np.linalg.norm(dense_jacobian(lambda Z, hd=head: hd.forward(Z)[0], X), 2)
+        Li = np.linalg.norm(central_differences(lambda Z, hd=head: hd.forward(Z)[0], X), 2)
         assert abs(hc["L_h"][i] - Li) < 1e-6 * Li
         bare = lambda Z, hd=head: hd.forward(Z)[0] @ np.linalg.pinv(hd.W_O)  # noqa: E731
-        ci = np.linalg.norm(dense_jacobian(bare, X), 2)
+        ci = np.linalg.norm(central_differences(bare, X), 2)
         assert abs(hc["c_h"][i] - ci) < 1e-5 * ci
     assert hc["exact"] <= min(hc["sum"], hc["sqrt_form"]) * (1 + 1e-9)
 
@@ -55,7 +46,7 @@ def test_head_constants_keep_the_key_bias_under_rope():
     for i in range(h):
         head = attn.head(i)
         bare = lambda Z, hd=head: hd.forward(Z)[0] @ np.linalg.pinv(hd.W_O)  # noqa: E731
-        ci = np.linalg.norm(dense_jacobian(bare, X), 2)
+        ci = np.linalg.norm(central_differences(bare, X), 2)
         assert abs(hc["c_h"][i] - ci) < 1e-5 * ci
     assert hc["exact"] <= min(hc["sum"], hc["sqrt_form"]) * (1 + 1e-9)
 
@@ -107,6 +98,6 @@ def test_gqa_bounds_obey_the_theorem_and_mqa_is_one_group():
     attn, X = real.gqa_attention(2, d=16, n_head=4, N=5)
     assert attn.n_kv_head == 2 and X.shape == (5, 16)
     f = lambda Y: attn.forward(Y)[0]                                  # noqa: E731
-    assert np.allclose(layer_jacobian(attn, X), dense_jacobian(f, X), atol=1e-7)
+    assert np.allclose(layer_jacobian(attn, X), central_differences(f, X), atol=1e-7)
     with pytest.raises(ValueError, match="n_kv_head must divide n_head"):
         real.gqa_attention(3, d=16, n_head=4)

@@ -83,8 +83,9 @@ def heldout_bits(lm: CausalLM, windows: np.ndarray, batch: int = 16) -> float:
     if not isinstance(lm, CausalLM):
         raise TypeError(f"lm must be a CausalLM (as build returns); got {type(lm).__name__}")
     windows = _windows(windows, lm.wte.shape[0])
-    if not 2 <= windows.shape[1] <= lm.wpe.shape[0] + 1:
-        raise ValueError(f"windows must have 2 to context + 1 = {lm.wpe.shape[0] + 1} "
+    top = 1 << 62 if lm.wpe is None else lm.wpe.shape[0] + 1
+    if not 2 <= windows.shape[1] <= top:
+        raise ValueError(f"windows must have 2 to context + 1 = {top} "
                          f"columns; got shape {windows.shape}")
     batch = as_count(batch, "batch")
     tot = 0.0

@@ -26,10 +26,14 @@ import numpy as np
 from .._validate import as_bool
 from ._check import as_dir
 
-__all__ = ["SOURCE", "LICENCE", "SHA256", "stdlib_corpus", "unigram_entropy"]
+__all__ = ["SOURCE", "LICENCE", "SOURCE_ZH", "LICENCE_ZH", "SHA256", "stdlib_corpus",
+           "unigram_entropy"]
 
 SOURCE = "CPython 3.11.7 standard library, top-level *.py modules"
 LICENCE = "Python Software Foundation License Version 2 (PSF-2.0)"
+#: :data:`SOURCE` and :data:`LICENCE` in Chinese, for the Chinese edition's text.
+SOURCE_ZH = "CPython 3.11.7 标准库的顶层 *.py 模块"
+LICENCE_ZH = "Python 软件基金会许可证第 2 版（PSF-2.0）"
 #: SHA-256 of train + held-out text under CPython 3.11.7 (see :func:`stdlib_corpus`).
 SHA256 = {"train": "eb96103317b00fcfaf8cfb3ea370690a05abd1a465a22e2885913c257b8486ab",
           "heldout": "7a14121169810b88370447104fb729e7f9b797419ee2712eab1a5f0cb8a3506b"}

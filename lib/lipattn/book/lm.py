@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import as_bool, as_count, as_counts, as_seed, as_tol
+from .._validate import as_bool, as_choice, as_count, as_counts, as_seed, as_tol
 from ..layers.attention import attention_logits
 from ..models import load
 from ..models.decoder import Decoder
@@ -454,21 +454,30 @@ def n_parameters(model: Any) -> int:
             + sum(size(p) for p in model.final.params.values()))
 
 
-def recipe(args: dict) -> str:
+def recipe(args: dict, lang: str = "en") -> str:
     """The learning-rate schedule and regularisers of ``training.json``'s ``args``
-    (as :mod:`lipattn.book.bytelm` records them, strings), in words."""
+    (as :mod:`lipattn.book.bytelm` records them, strings), in words.
+
+    ``lang`` is ``"en"`` or ``"zh"`` (the Chinese edition's words for the same
+    choices, joined with full-width commas)."""
     args = as_result(args, "args", ("decay",), producer="training.json's 'args'")
+    zh = as_choice(lang, "lang", ("en", "zh")) == "zh"
     num = lambda k: None if args.get(k, "None") in ("None", None) else float(args[k])  # noqa: E731
     if args.get("decay") == "cosine":
         lo = num("min_lr")
-        parts = ["a cosine decay to " + (f"{lo:g}" if lo else "a tenth of it")]
+        if zh:
+            parts = ["余弦衰减到" + (f" {lo:g}" if lo else "峰值的十分之一")]
+        else:
+            parts = ["a cosine decay to " + (f"{lo:g}" if lo else "a tenth of it")]
     else:
-        parts = ["then a constant learning rate"]
+        parts = ["此后学习率保持不变" if zh else "then a constant learning rate"]
     if num("weight_decay"):
-        parts.append(f"decoupled weight decay {num('weight_decay'):g}")
+        wd = f"{num('weight_decay'):g}"
+        parts.append(f"解耦权重衰减 {wd}" if zh else f"decoupled weight decay {wd}")
     if num("clip"):
-        parts.append(f"gradient clipping at norm {num('clip'):g}")
-    return ", ".join(parts)
+        clip = f"{num('clip'):g}"
+        parts.append(f"梯度范数裁剪到 {clip}" if zh else f"gradient clipping at norm {clip}")
+    return ("，" if zh else ", ").join(parts)
 
 
 # --------------------------------------------------------------------------

@@ -31,28 +31,30 @@ class CausalLM:
     ----------
     wte : ndarray, shape (V, d)
         Token embedding, also the readout (used in place, not copied).
-    wpe : ndarray, shape (n_pos, d)
-        Learned position embedding.
+    wpe : ndarray, shape (n_pos, d), or None
+        Learned position embedding; None for a body that encodes positions itself
+        (RoPE, the Llama layout), which then takes any length N >= 1.
     body : layer
         Maps (..., N, d) to (..., N, d), with ``forward``, ``backward``, ``params``.
 
-    ``params`` are ``wte``, ``wpe`` and ``body.<name>`` for the body's own.
+    ``params`` are ``wte``, ``wpe`` (unless None) and ``body.<name>`` for the body's own.
     """
 
-    def __init__(self, wte: np.ndarray, wpe: np.ndarray, body: Any) -> None:
-        for name, a in (("wte", wte), ("wpe", wpe)):
+    def __init__(self, wte: np.ndarray, wpe: np.ndarray | None, body: Any) -> None:
+        for name, a in (("wte", wte), ("wpe", wte if wpe is None else wpe)):
             if not (isinstance(a, np.ndarray) and a.ndim == 2
                     and np.issubdtype(a.dtype, np.floating)):
                 raise TypeError(f"{name} must be a 2-D float ndarray; got "
                                 f"{type(a).__name__} {getattr(a, 'shape', '')}")
-        if wpe.shape[1] != wte.shape[1] or wpe.dtype != wte.dtype:
+        if wpe is not None and (wpe.shape[1] != wte.shape[1] or wpe.dtype != wte.dtype):
             raise ValueError(f"wpe must have shape (n_pos, {wte.shape[1]}) and dtype {wte.dtype} "
                              f"to match wte; got {wpe.shape}, {wpe.dtype}")
         self.wte, self.wpe, self.body = wte, wpe, body
 
     @property
     def params(self) -> dict[str, np.ndarray]:
-        return {"wte": self.wte, "wpe": self.wpe,
+        pos = {} if self.wpe is None else {"wpe": self.wpe}
+        return {"wte": self.wte, **pos,
                 **{f"body.{k}": v for k, v in self.body.params.items()}}
 
     def _tokens(self, tokens: Any) -> np.ndarray:
@@ -60,7 +62,8 @@ class CausalLM:
         if t.dtype == bool or not np.issubdtype(t.dtype, np.integer) or t.ndim < 1:
             raise TypeError(f"tokens must be an integer array of shape (..., N); got dtype "
                             f"{t.dtype}, shape {t.shape}")
-        V, n_pos = self.wte.shape[0], self.wpe.shape[0]
+        V = self.wte.shape[0]
+        n_pos = 1 << 62 if self.wpe is None else self.wpe.shape[0]
         if not 1 <= t.shape[-1] <= n_pos:
             raise ValueError(f"tokens must have 1 <= N <= n_pos = {n_pos} on the last axis; got "
                              f"shape {t.shape}")
@@ -71,7 +74,7 @@ class CausalLM:
     def forward(self, tokens: Any) -> tuple[np.ndarray, tuple]:
         """Logits, shape (..., N, V), for ids of shape (..., N); and the state for backward."""
         t = self._tokens(tokens)
-        X = self.wte[t] + self.wpe[: t.shape[-1]]
+        X = self.wte[t] if self.wpe is None else self.wte[t] + self.wpe[: t.shape[-1]]
         H, state = self.body.forward(X)
         return H @ self.wte.T, (t, H, state)
 
@@ -86,29 +89,45 @@ class CausalLM:
         g_wte = G.reshape(-1, G.shape[-1]).T @ H.reshape(-1, d)  # readout: Z = H E^T
         dX, grads = self.body.backward(body_state, G @ self.wte)
         np.add.at(g_wte, t.reshape(-1), dX.reshape(-1, d))  # embedding rows
-        g_wpe = np.zeros_like(self.wpe)
-        g_wpe[: t.shape[-1]] = dX.reshape(-1, t.shape[-1], d).sum(axis=0)
-        return None, {"wte": g_wte, "wpe": g_wpe, **{f"body.{k}": v for k, v in grads.items()}}
+        pos = {}
+        if self.wpe is not None:
+            pos["wpe"] = np.zeros_like(self.wpe)
+            pos["wpe"][: t.shape[-1]] = dX.reshape(-1, t.shape[-1], d).sum(axis=0)
+        return None, {"wte": g_wte, **pos, **{f"body.{k}": v for k, v in grads.items()}}
 
 
-def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
-    r"""Mean next-token cross-entropy in nats, and its gradient with respect to the logits.
+def cross_entropy(logits: np.ndarray, targets: np.ndarray, *, z_loss: float = 0.0
+                  ) -> tuple[float, np.ndarray]:
+    r"""Mean next-token cross-entropy in nats (plus an optional z-loss), and its gradient
+    with respect to the logits.
 
     Parameters
     ----------
     logits : ndarray, shape (..., V)
     targets : ndarray of int, shape (...)
         Ids in [0, V).
+    z_loss : float, default 0.0
+        The coefficient :math:`c \ge 0` of the z-loss (:cite:t:`wortsman2024small`,
+        after PaLM): the term :math:`\frac{c}{M} \sum_i (\log
+        Z_i)^2`, :math:`Z_i = \sum_v e^{z_{iv}}`, which pulls the log-partition of the
+        readout towards 0. 0 (default): plain cross-entropy, bit for bit.
 
     Returns
     -------
     loss : float
-        :math:`-\frac1M \sum_i \log \mathrm{softmax}(z_i)_{y_i}` over the M positions
-        (computed stably with the row maximum subtracted).
+        :math:`\frac1M \sum_i \bigl(\log Z_i - z_{i y_i} + c (\log Z_i)^2\bigr)` over
+        the M positions (computed stably with the row maximum subtracted;
+        accumulated in float64).
     dlogits : ndarray, shape (..., V)
-        :math:`(\mathrm{softmax}(z_i) - e_{y_i})/M`, in the logits' dtype.
+        :math:`\bigl((1 + 2c \log Z_i)\,\mathrm{softmax}(z_i) - e_{y_i}\bigr)/M`,
+        in the logits' dtype.
     """
-    z = logits - logits.max(axis=-1, keepdims=True)
+    if isinstance(z_loss, bool) or not isinstance(z_loss, (int, float, np.floating,
+                                                           np.integer)) \
+            or not np.isfinite(z_loss) or z_loss < 0:
+        raise ValueError(f"z_loss must be a finite real >= 0; got {z_loss!r}")
+    mx = logits.max(axis=-1, keepdims=True)
+    z = logits - mx
     e = np.exp(z)
     s = e.sum(axis=-1, keepdims=True)
     y = np.asarray(targets)[..., None]
@@ -117,5 +136,9 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     M = y.size
     loss = float((np.log(s) - np.take_along_axis(z, y, axis=-1)).astype(np.float64).sum() / M)
     dz = e / s
+    if z_loss:
+        log_z = np.log(s.astype(np.float64)) + mx                    # (..., 1)
+        loss += float(z_loss * (log_z ** 2).sum() / M)
+        dz = dz * (1.0 + 2.0 * z_loss * log_z).astype(dz.dtype)
     np.put_along_axis(dz, y, np.take_along_axis(dz, y, axis=-1) - 1, axis=-1)
     return loss, dz / dz.dtype.type(M)

@@ -12,13 +12,14 @@ from functools import lru_cache
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..._validate import as_int_at_least
+from ..._validate import as_choice, as_int_at_least
 from .. import lm as _lm
 from .. import plotting
 from .._check import as_result
 from ..widgets import Explorer, Slider
 
-__all__ = ["byte_label", "fig_constants", "fig_trajectory", "SensitiveDirectionExplorer"]
+__all__ = ["byte_label", "fig_constants", "fig_trajectory", "fig_stability_lr",
+           "fig_stability_training", "SensitiveDirectionExplorer"]
 
 #: Windows the explorer offers (the first of the precomputed ones).
 EXPLORER_WINDOWS = 16
@@ -26,10 +27,12 @@ EXPLORER_WINDOWS = 16
 MAPS = ("stack", "block 1", "block 2", "block 3", "block 4")
 
 
-def byte_label(b: int) -> str:
-    """A byte as the reader would name it: ``'a'``, ``space``, ``\\n``, or ``0x07``."""
+def byte_label(b: int, lang: str = "en") -> str:
+    """A byte as the reader would name it: ``'a'``, ``space``, ``\\n``, or ``0x07``
+    (``lang="zh"``: the same, with ``空格`` for the space)."""
     b = as_int_at_least(b, "b", 0, 255)
-    names = {32: "space", 10: "\\n", 9: "\\t", 13: "\\r"}
+    space = "空格" if as_choice(lang, "lang", ("en", "zh")) == "zh" else "space"
+    names = {32: space, 10: "\\n", 9: "\\t", 13: "\\r"}
     if b in names:
         return names[b]
     return repr(chr(b)) if 33 <= b < 127 else f"0x{b:02x}"
@@ -86,6 +89,108 @@ def fig_trajectory(traj: dict) -> Figure:
     ax1.set_yscale("log")
     ax1.set_ylabel(r"exact constant (median)")
     ax2.set_ylabel(r"largest $|$attention logit$|$ (median)")
+    return fig
+
+
+_ARMS = ((False, False, "C0", "-", "no QK-norm"), (False, True, "C0", "--",
+                                                     "no QK-norm + mitigations"),
+         (True, False, "C1", "-", "QK-norm"), (True, True, "C1", "--", "QK-norm + mitigations"))
+
+
+def _sweep(result: dict) -> tuple[list[dict], list[float]]:
+    res = as_result(result, "result", ("runs",),
+                    producer="lipattn.book.stability.read_results")
+    runs = res["runs"]
+    if not isinstance(runs, list) or not runs:
+        raise ValueError("result['runs'] must be a non-empty list of runs")
+    return runs, sorted({r["lr"] for r in runs})
+
+
+def fig_stability_lr(result: dict) -> Figure:
+    """Against the peak learning rate, per arm (QK-norm on/off, mitigations on/off):
+    the final held-out bits/byte (left) and the final largest attention logit of any
+    layer (right, with QK-norm's gain bound dotted); medians over seeds, bars from
+    the 10 % to the 90 % quantile. Diverged runs are left out of the quantiles."""
+    runs, lrs = _sweep(result)
+    fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.4)
+    for k, (qk, mit, col, ls, lab) in enumerate(_ARMS):
+        x = np.array(lrs) * (1.06 if k % 2 else 1 / 1.06) ** (1 if qk else 0.3)
+        for ax, get in ((ax1, lambda r: r["heldout_bits"][-1]),
+                        (ax2, lambda r: max(r["max_logit"][-1]))):
+            q = np.array([np.quantile([get(r) for r in runs if r["lr"] == lr
+                                       and r["qk_norm"] == qk and r["mitigations"] == mit
+                                       and r["diverged_at"] is None], [0.1, 0.5, 0.9])
+                          for lr in lrs])
+            ax.errorbar(x, q[:, 1], yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], fmt="o",
+                        ls=ls, color=col, ms=4, capsize=2, lw=1.3,
+                        label=lab if ax is ax1 else None)
+        if qk and not mit:
+            b = [np.median([max(r["gain_bound"][-1]) for r in runs if r["lr"] == lr
+                            and r["qk_norm"] and not r["mitigations"]]) for lr in lrs]
+            ax2.plot(lrs, b, ":", color=col, lw=1.5, label="gain bound (QK-norm)")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_xlabel("peak learning rate")
+    ax2.set_yscale("log")
+    ax1.set_ylabel("final held-out bits/byte")
+    ax2.set_ylabel(r"final largest $|$attention logit$|$")
+    ax1.legend(fontsize=7.5)
+    ax2.legend(fontsize=7.5)
+    return fig
+
+
+def fig_stability_training(result: dict, lr: float) -> Figure:
+    """Through training at the peak rate ``lr``, mitigations off, QK-norm off and on:
+    the largest attention logit (any layer) with QK-norm's gain bound (top left), the
+    held-out bits/byte (top right), medians over seeds with a 10-90 % band; the exact
+    local constant of the stack of blocks at checkpoints, median over windows, one
+    line per measured run, at the sweep's smallest and largest rates (bottom)."""
+    runs, lrs = _sweep(result)
+    if lr not in lrs:
+        raise ValueError(f"lr must be one of the sweep's rates {lrs}; got {lr!r}")
+    fig, axes = plotting.figure(2, 2, width=8.4, height=6.2)
+    (ax1, ax2), (ax3, ax4) = axes
+    for qk, col, lab in ((False, "C0", "no QK-norm"), (True, "C1", "QK-norm")):
+        rs = [r for r in runs if r["lr"] == lr and r["qk_norm"] == qk
+              and not r["mitigations"] and r["diverged_at"] is None]
+        steps = np.maximum(rs[0]["eval_steps"], 1)
+        for ax, key in ((ax1, "max_logit"), (ax2, "heldout_bits")):
+            a = np.array([np.max(r[key], axis=-1) if key == "max_logit" else r[key]
+                          for r in rs])
+            lo, mid, hi = np.quantile(a, [0.1, 0.5, 0.9], axis=0)
+            ax.fill_between(steps, lo, hi, color=col, alpha=0.2, lw=0)
+            ax.plot(steps, mid, "-", color=col, lw=1.5, label=lab)
+        if qk:
+            b = np.median([np.max(r["gain_bound"], axis=-1) for r in rs], axis=0)
+            ax1.plot(steps, b, ":", color=col, lw=1.5, label="gain bound")
+    for ax, rate in ((ax3, lrs[0]), (ax4, lrs[-1])):
+        for qk, col, lab in ((False, "C0", "no QK-norm"), (True, "C1", "QK-norm")):
+            first = True
+            for r in runs:
+                if r["lr"] != rate or r["qk_norm"] != qk or not r["const"]:
+                    continue
+                st = sorted(int(k) for k in r["const"])
+                ax.plot(np.maximum(st, 1), [np.median(r["const"][str(k)]) for k in st],
+                        "o-", color=col, ms=3, lw=1, label=lab if first else None)
+                first = False
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        if hi < 10 * lo:            # less than a decade: a linear axis reads better
+            ax.set_yscale("linear")
+        ax.set_ylabel("exact constant (median)")
+        ax.set_title(f"blocks' constant, peak rate {rate:g}", fontsize=9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7.5)
+    ax1.set_yscale("log")
+    ax1.set_ylabel(r"largest $|$attention logit$|$")
+    ax2.set_ylabel("held-out bits/byte")
+    ax1.set_title(f"peak rate {lr:g}", fontsize=9)
+    ax2.set_title(f"peak rate {lr:g}", fontsize=9)
+    ax1.legend(fontsize=7.5)
+    ax2.legend(fontsize=7.5)
+    for ax in (ax1, ax2, ax3, ax4):
+        ax.set_xscale("log")
+        ax.set_xlabel("training step (step 0 drawn at 1)")
     return fig
 
 

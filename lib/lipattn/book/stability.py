@@ -1,0 +1,510 @@
+r"""Training stability of tiny byte-level decoders, with and without QK-norm.
+
+A sweep in the manner of :cite:t:`wortsman2024small`, on the book's real text
+(:func:`lipattn.book.corpus.stdlib_corpus`): tiny Llama-layout decoders
+(RMSNorm, SwiGLU, RoPE, tied embedding, no position embedding), trained on
+bytes, without QK-norm or with Qwen 3's per-head RMSNorm of queries and keys
+(learned gains ``q_norm``, ``k_norm`` of shape (d_h,), before RoPE), at peak
+learning rates from comfortable to too large, with and without the three
+mitigations of Wortsman et al.:
+
+- a linear warm-up over ``warmup_frac`` of the steps (without: none);
+- decoupled weight decay of the matrices and embeddings, *independent* of the
+  peak rate: each step multiplies them by :math:`1 - \lambda\,\eta_t/\eta`
+  (:class:`lipattn.models.optim.Adam`'s ``weight_decay = lambda / lr``);
+- the z-loss :math:`c\,\overline{(\log Z)^2}` of the readout
+  (:func:`lipattn.layers.cross_entropy`'s ``z_loss``).
+
+Everything else is shared: Adam :math:`(0.9, 0.98)`, a constant rate after the
+warm-up, batches of ``batch`` windows of ``context`` bytes, float32 weights,
+the softmax in float32. Runs with the same seed share their initialisation and
+their batches, so QK-norm on/off and mitigations on/off are paired
+interventions.
+
+Per run, every ``eval_every`` steps on fixed held-out windows: the held-out
+bits/byte, the largest attention logit :math:`\max |T_{ij}|` of each layer over
+the causal entries, and with QK-norm the bound
+:math:`\max_i |g_{q,i}| \max_i |g_{k,i}| \sqrt{d_h}` of each layer, which no logit
+can exceed (:func:`gain_bound`). A run *diverges* when a forward or backward
+pass overflows or produces a non-finite value (caught as
+:class:`FloatingPointError`, before any NaN exists; the run stops there), and
+*spikes* when its held-out bits/byte rises more than ``spike`` above its running
+minimum at some evaluation. For a few runs, the exact local Lipschitz constant of
+the stack of blocks (:meth:`lipattn.models.decoder.Decoder.local_lipschitz`) on
+held-out windows at checkpoints.
+
+Run ``python -m lipattn.book.stability --help``; the book's results are
+``data/stability.json`` (arguments and git commit recorded in it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .._validate import as_bool, as_count, as_counts, as_float_in, as_positive_float, as_seed
+from ..layers import CausalLM, Sequential, attention_logits, cross_entropy
+from ..models import Llama, random_state_dict
+from ..models.blocks import Layout, build_block, build_final
+from ..models.training import train_stack
+from ._check import as_result
+from .bytelm import _git_commit, heldout_bits, heldout_windows
+from .corpus import stdlib_corpus
+
+__all__ = ["build", "gain_bound", "max_logits", "train_run", "summarise", "read_results",
+           "summary", "main", "DATA"]
+
+DATA = Path(__file__).resolve().parent / "data" / "stability.json"
+LN2 = math.log(2.0)
+
+
+class _Diverged(Exception):
+    pass
+
+
+def build(qk_norm: bool = False, n_layer: int = 2, d: int = 64, n_head: int = 4, *,
+          seed: int = 0) -> tuple[Llama, CausalLM]:
+    """A fresh float32 byte-level Llama-layout decoder (Llama's init, std 0.02; QK-norm
+    gains 1) and its trainable :class:`~lipattn.layers.CausalLM` (tied readout, no
+    position embedding), sharing its arrays; ``qk_norm``: Qwen 3's per-head
+    RMSNorm of queries and keys with learned gains. The attention computes its
+    softmax in float32 (``keep_float32``, for training)."""
+    qk_norm = as_bool(qk_norm, "qk_norm")
+    n_layer, n_head = as_count(n_layer, "n_layer", 1, 16), as_count(n_head, "n_head", 1)
+    d = as_count(d, "d", 2, 1024)
+    if d % n_head or (d // n_head) % 2:
+        raise ValueError(f"n_head must divide d = {d} into even heads; got n_head = {n_head}")
+    sd = random_state_dict("llama", n_layer, d, n_head, vocab=256, seed=as_seed(seed))
+    dh = d // n_head
+    lay = Layout("qwen3" if qk_norm else "llama", "llama", d, n_layer, n_head, n_head, dh,
+                 sd["layers.0.mlp.gate_proj.weight"].shape[0], 256, 1e-6, "silu",
+                 qk_norm=qk_norm, rope_theta=10000.0)
+    if qk_norm:
+        for i in range(n_layer):
+            sd[f"layers.{i}.self_attn.q_norm.weight"] = np.ones(dh)
+            sd[f"layers.{i}.self_attn.k_norm.weight"] = np.ones(dh)
+    sd = {k: v.astype(np.float32) for k, v in sd.items()}
+    get = lambda name, shape: sd[name]  # noqa: E731
+    blocks = [build_block(lay, get, i) for i in range(n_layer)]
+    m = Llama(blocks, build_final(lay, get), n_head=n_head, n_kv_head=n_head,
+              dtype=np.float32)
+    m.embed_tokens, m.rope_theta, m.eps = sd["embed_tokens.weight"], 10000.0, 1e-6
+    m.embed_scale, m.model_type = None, lay.model_type
+    for b in m.blocks:
+        b.attn.keep_float32 = True
+    return m, CausalLM(m.embed_tokens, None, Sequential(list(m.blocks) + [m.final]))
+
+
+def gain_bound(model: Llama) -> np.ndarray:
+    r"""Per layer, :math:`\max_i |g_{q,i}|\,\max_i |g_{k,i}|\,\sqrt{d_h}`: a bound on
+    every attention logit of a Qwen-3-style layer, shape (n_layer,) (exact, float64).
+
+    The RMS-normalised head :math:`\hat q = q/\sqrt{\overline{q^2} + \epsilon}` has
+    :math:`\|\hat q\|_2 < \sqrt{d_h}`; the gain gives :math:`\|g \odot \hat q\|_2 \le
+    \max|g|\,\sqrt{d_h}`, RoPE is a rotation, and Cauchy--Schwarz bounds
+    :math:`|\langle q, k\rangle|/\sqrt{d_h}` by the product. ValueError for a
+    model without QK-norm.
+    """
+    if not isinstance(model, Llama) or model.blocks[0].attn.q_norm is None:
+        raise ValueError("model must be a Llama-layout decoder with QK-norm "
+                         "(build(qk_norm=True))")
+    out = []
+    for b in model.blocks:
+        a = b.attn
+        gq = np.abs(a.q_norm.g.astype(np.float64)).max()
+        gk = np.abs(a.k_norm.g.astype(np.float64)).max()
+        s = 1.0 / math.sqrt(a.head_dim) if a.scale is None else a.scale
+        out.append(gq * gk * a.head_dim * s)
+    return np.array(out)
+
+
+def max_logits(model: Llama, windows: np.ndarray) -> np.ndarray:
+    r"""The largest attention logit :math:`\max |T_{ij}|` (causal entries, every head
+    and window) of each layer, shape (n_layer,), for token ids ``windows`` of shape
+    (count, N); exact for the float32 forward pass (training's)."""
+    if not isinstance(model, Llama):
+        raise TypeError(f"model must be a Llama (as build returns); got "
+                        f"{type(model).__name__}")
+    t = np.asarray(windows)
+    if t.ndim != 2 or not np.issubdtype(t.dtype, np.integer) or t.size == 0 \
+            or t.min() < 0 or t.max() >= model.embed_tokens.shape[0]:
+        raise ValueError(f"windows must be a non-empty (count, N) array of byte ids; got "
+                         f"shape {t.shape}")
+    X = model.embed_tokens[t]
+    N = t.shape[1]
+    causal = np.tril(np.ones((N, N), bool))
+    out = []
+    for b in model.blocks:
+        _, st = b.attn.forward(b.norm_1.forward(X)[0])
+        T = attention_logits(st.core.Q, st.core.K, scale=st.core.scale)
+        out.append(float(np.abs(T[..., causal]).max()))
+        X = b.forward(X)[0]
+    return np.array(out)
+
+
+def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: int = 300,
+              n_layer: int = 2, d: int = 64, n_head: int = 4, context: int = 64,
+              batch: int = 16, eval_every: int = 20, eval_windows: int = 16,
+              warmup_frac: float = 0.1, decay: float = 1e-3, z_loss: float = 1e-4,
+              keep_at: tuple = (), const_windows: int = 0,
+              corpus: tuple | None = None) -> dict:
+    r"""Train one run (see the module docstring) and return its record.
+
+    Parameters
+    ----------
+    qk_norm, mitigations : bool
+        The two interventions: Qwen 3's QK-norm; warm-up + weight decay + z-loss.
+    lr : float
+        Peak learning rate, in (0, 1].
+    seed : int
+        Initialisation and batches (shared by the four arms of one seed).
+    steps, n_layer, d, n_head, context, batch : int
+        Budget and model (defaults: the book's sweep).
+    eval_every, eval_windows : int
+        Held-out evaluation period and its number of windows (fixed, evenly spaced).
+    warmup_frac, decay, z_loss : float
+        The mitigations' settings (used only with ``mitigations``): warm-up length as a
+        fraction of ``steps``; independent weight decay :math:`\lambda` per step at the
+        peak rate; z-loss coefficient.
+    keep_at : tuple of int
+        Evaluation steps at which the exact local constant of the blocks
+        (``final_norm=False``, relative tolerance 1e-5) is measured on
+        ``const_windows`` held-out windows; they must be multiples of ``eval_every``
+        (or 0 or ``steps``).
+    corpus : (bytes, bytes), optional
+        ``(train, heldout)`` text (default :func:`stdlib_corpus`).
+
+    Returns
+    -------
+    dict
+        ``eval_steps``, ``heldout_bits``, ``train_bits`` (mean of the steps since the
+        last evaluation), ``max_logit`` (per evaluation, per layer), ``gain_bound``
+        (per evaluation, per layer; empty without QK-norm), ``diverged_at`` (the
+        last evaluation step before an overflow or a non-finite loss, or None),
+        ``const`` (step -> constants), and the settings.
+    """
+    qk_norm, mitigations = as_bool(qk_norm, "qk_norm"), as_bool(mitigations, "mitigations")
+    lr = as_float_in(lr, "lr", 0.0, 1.0, lo_open=True)
+    seed = as_seed(seed)
+    steps = as_count(steps, "steps", 1, 10**6)
+    context = as_count(context, "context", 1, 4096)
+    batch = as_count(batch, "batch", 1, 4096)
+    eval_every = as_count(eval_every, "eval_every", 1, 10**6)
+    eval_windows = as_count(eval_windows, "eval_windows", 1, 4096)
+    const_windows = as_count(const_windows, "const_windows", 0, 4096)
+    warmup_frac = as_float_in(warmup_frac, "warmup_frac", 0.0, 1.0)
+    decay = as_float_in(decay, "decay", 0.0, 1.0)
+    z_loss = as_float_in(z_loss, "z_loss", 0.0, 1e3)
+    keep_at = () if isinstance(keep_at, (tuple, list)) and not keep_at else tuple(
+        as_counts(keep_at, "keep_at", 0, steps))
+    if corpus is not None and not (isinstance(corpus, tuple) and len(corpus) == 2 and all(
+            isinstance(c, bytes) and len(c) > context + 1 for c in corpus)):
+        raise TypeError(f"corpus must be None or (train, heldout) bytes, each longer than "
+                        f"context + 1 = {context + 1}; got {type(corpus).__name__}")
+    train, heldout = stdlib_corpus() if corpus is None else corpus
+    m, lm = build(qk_norm, n_layer, d, n_head, seed=seed)
+    tr = np.frombuffer(train, np.uint8)
+    win = heldout_windows(heldout, context, eval_windows)
+    cwin = heldout_windows(heldout, context, const_windows)[:, :-1] if const_windows else None
+    rng = np.random.default_rng(seed)
+    warmup = round(warmup_frac * steps) if mitigations else 0
+    wd = decay / lr if mitigations else 0.0
+    zc = z_loss if mitigations else 0.0
+    rec = {"qk_norm": qk_norm, "lr": lr, "seed": seed, "mitigations": mitigations,
+           "eval_steps": [], "heldout_bits": [], "max_logit": [], "gain_bound": [],
+           "train_bits": [], "diverged_at": None, "const": {}}
+
+    def batches(t: int):
+        s = rng.integers(0, tr.size - context - 1, batch)
+        w = tr[s[:, None] + np.arange(context + 1)].astype(np.int64)
+        return w[:, :-1], w[:, 1:]
+
+    def evaluate(t: int) -> None:
+        rec["eval_steps"].append(t)
+        rec["heldout_bits"].append(heldout_bits(lm, win))
+        rec["max_logit"].append(max_logits(m, win[:, :-1]).tolist())
+        if qk_norm:
+            rec["gain_bound"].append(gain_bound(m).tolist())
+        if t in keep_at and cwin is not None:
+            mm = copy.deepcopy(m)
+            rec["const"][str(t)] = [mm.local_lipschitz(mm.embed(w), tol=1e-5) for w in cwin]
+
+    acc: list[float] = []
+
+    def callback(t: int, loss: float) -> None:
+        if not math.isfinite(loss):
+            raise _Diverged
+        acc.append(loss / LN2)
+        if (t + 1) % eval_every == 0 or t + 1 == steps:
+            rec["train_bits"].append(float(np.mean(acc)))
+            acc.clear()
+            evaluate(t + 1)
+
+    loss = lambda Y, y: cross_entropy(Y, y, z_loss=zc)  # noqa: E731
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        try:
+            evaluate(0)
+            train_stack(lm, batches, loss, steps=steps, lr=lr, warmup=warmup,
+                        weight_decay=wd, callback=callback)
+        except (FloatingPointError, _Diverged):
+            rec["diverged_at"] = (rec["eval_steps"][-1] if rec["eval_steps"] else 0)
+    return rec
+
+
+def _cells(runs: list[dict]) -> dict[tuple, list[dict]]:
+    cells: dict[tuple, list[dict]] = {}
+    for r in runs:
+        cells.setdefault((r["qk_norm"], r["mitigations"], r["lr"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r["seed"]) for k, v in sorted(cells.items())}
+
+
+def _final(r: dict) -> float:
+    return math.inf if r["diverged_at"] is not None else r["heldout_bits"][-1]
+
+
+def _spiked(r: dict, spike: float) -> bool:
+    h = np.asarray(r["heldout_bits"], float)
+    return bool(np.any(h - np.minimum.accumulate(h) > spike))
+
+
+def summarise(runs: list[dict], spike: float = 0.25) -> list[dict]:
+    """Per cell (qk_norm, mitigations, lr), sorted: the number of runs, how many
+    diverged, spiked (held-out bits/byte more than ``spike`` above its running
+    minimum at some evaluation) and were unstable (either), and the 10 %, 50 % and
+    90 % quantiles over seeds of the final held-out bits/byte (a diverged run counts
+    as +inf), of the largest attention logit of any layer at the end, of its peak
+    over training, and with QK-norm of the final gain bound (:func:`gain_bound`,
+    largest layer)."""
+    if not isinstance(runs, list) or not runs or not all(
+            isinstance(r, dict) and {"qk_norm", "lr", "heldout_bits"} <= set(r) for r in runs):
+        raise TypeError("runs must be a non-empty list of train_run records")
+    spike = as_positive_float(spike, "spike")
+    q = lambda a: [float(np.quantile(a, p)) for p in (0.1, 0.5, 0.9)]  # noqa: E731
+    out = []
+    for (qk, mit, lr), rs in _cells(runs).items():
+        spiked = [_spiked(r, spike) for r in rs]
+        div = [r["diverged_at"] is not None for r in rs]
+        row = {"qk_norm": qk, "mitigations": mit, "lr": lr, "runs": len(rs),
+               "diverged": sum(div), "spiked": sum(spiked),
+               "unstable": sum(a or b for a, b in zip(spiked, div, strict=True)),
+               "final_bits_q": q([_final(r) for r in rs]),
+               "final_logit_q": q([max(r["max_logit"][-1]) for r in rs]),
+               "peak_logit_q": q([max(max(x) for x in r["max_logit"]) for r in rs])}
+        if qk:
+            row["final_bound_q"] = q([max(r["gain_bound"][-1]) for r in rs])
+        out.append(row)
+    return out
+
+
+def read_results(path: str | Path | None = None) -> dict:
+    """The shipped sweep (default :data:`DATA`), as :func:`main` wrote it: ``args``,
+    ``git_commit``, ``model``, ``mitigations``, ``runs`` and ``cells``."""
+    if path is not None and (isinstance(path, bool) or not isinstance(path, (str, Path))
+                             or not Path(path).is_file()):
+        raise ValueError(f"path must be None or the path of an existing JSON file; "
+                         f"got {path!r}")
+    res = json.loads(Path(DATA if path is None else path).read_text())
+    return as_result(res, "path", ("args", "git_commit", "runs", "cells"),
+                     producer="python -m lipattn.book.stability")
+
+
+def summary(result: dict, spike: float = 0.25) -> dict:
+    r"""The page's numbers from :func:`read_results`'s dictionary (floats, for glue).
+
+    With ``lrs`` the sweep's learning rates, ``top`` the largest:
+
+    - ``n_runs``, ``n_seeds``, ``steps``, ``n_lrs``, ``lr_lo``, ``lr_hi``;
+    - per arm ``a`` in ``plain`` (no QK-norm, no mitigations), ``mit`` (no QK-norm,
+      mitigations), ``qk`` (QK-norm), ``qkmit`` (both): ``{a}_unstable`` (unstable
+      runs over all learning rates), ``{a}_bits_top`` (median final held-out
+      bits/byte at ``top``), ``{a}_logit_top`` (median final largest logit at
+      ``top``), ``{a}_bits_lo``, ``{a}_logit_lo`` (the same at the smallest rate),
+      ``{a}_sens`` (Wortsman et al.'s learning-rate sensitivity,
+      :math:`\mathbb E_{\eta}[\min(L(\eta), L_0) - \min_\eta L(\eta)]` over the
+      sweep's rates, with L the final held-out bits/byte and L_0 the initial one,
+      median over seeds), ``{a}_late_top`` (median over seeds at ``top`` of the
+      held-out bits/byte gained over the second half of training: the value at the
+      middle evaluation minus the final one);
+    - ``qk_bound_top`` (median final gain bound at ``top``), ``bound_ok`` (1 if
+      every recorded logit of every QK-norm run is at most its bound);
+    - ``wins_top`` / ``pairs_top``: seeds at ``top`` where QK-norm ends with fewer
+      held-out bits/byte than the paired run without it (mitigations off);
+      ``logit_wins`` / ``logit_pairs``: pairs, over every rate and both
+      mitigation settings, where QK-norm's final largest logit is the smaller;
+    - ``mit_logit_wins`` / ``mit_pairs``: pairs without QK-norm, over every rate, where
+      the mitigations end with the smaller largest logit; ``mit_bits_wins_top``: seeds
+      at ``top`` where they end with fewer held-out bits/byte;
+    - ``qk_bound_0``, ``qk_bound_lo``: the gain bound at initialisation and its median
+      at the end at the smallest rate;
+    - ``{plain|qk}_const_{lo|hi}`` and ``{plain|qk}_const0_{lo|hi}``: the exact
+      constant of the blocks at the last and first checkpoint (median over windows,
+      then over the measured runs, mitigations off) at the smallest and largest rate;
+      ``const_runs_{lo|hi}`` the measured runs per arm;
+    - ``plain_first_bad_lr``: the smallest rate at which at least half of the plain
+      runs end more than 0.1 bits/byte above the plain arm's best median (absent if
+      there is none).
+    """
+    res = as_result(result, "result", ("args", "runs", "cells"),
+                    producer="lipattn.book.stability.read_results")
+    spike = as_positive_float(spike, "spike")
+    runs = res["runs"]
+    cells = _cells(runs)
+    lrs = sorted({r["lr"] for r in runs})
+    top = lrs[-1]
+    seeds = sorted({r["seed"] for r in runs})
+    out = {"n_runs": len(runs), "n_seeds": len(seeds), "n_lrs": len(lrs), "lr_lo": lrs[0],
+           "lr_hi": top, "steps": max(r["eval_steps"][-1] for r in runs)}
+    arms = {"plain": (False, False), "mit": (False, True), "qk": (True, False),
+            "qkmit": (True, True)}
+    for a, (qk, mit) in arms.items():
+        rs = [r for lr in lrs for r in cells[(qk, mit, lr)]]
+        out[f"{a}_unstable"] = sum(_spiked(r, spike) or r["diverged_at"] is not None
+                                   for r in rs)
+        out[f"{a}_bits_top"] = float(np.median([_final(r) for r in cells[(qk, mit, top)]]))
+        out[f"{a}_logit_top"] = float(np.median([max(r["max_logit"][-1])
+                                                 for r in cells[(qk, mit, top)]]))
+        out[f"{a}_logit_lo"] = float(np.median([max(r["max_logit"][-1])
+                                                for r in cells[(qk, mit, lrs[0])]]))
+        out[f"{a}_bits_lo"] = float(np.median([_final(r) for r in cells[(qk, mit, lrs[0])]]))
+        sens = []
+        for s in seeds:
+            L = np.array([_final(r) for lr in lrs for r in cells[(qk, mit, lr)]
+                          if r["seed"] == s])
+            L0 = [r["heldout_bits"][0] for r in cells[(qk, mit, lrs[0])] if r["seed"] == s][0]
+            sens.append(float(np.mean(np.minimum(L, L0)) - L.min()))
+        out[f"{a}_sens"] = float(np.median(sens))
+        late = [r["heldout_bits"][len(r["heldout_bits"]) // 2] - _final(r)
+                for r in cells[(qk, mit, top)]]
+        out[f"{a}_late_top"] = float(np.median(late))
+    out["qk_bound_top"] = float(np.median([max(r["gain_bound"][-1])
+                                           for r in cells[(True, False, top)]]))
+    out["bound_ok"] = float(all(lg <= b * (1 + 1e-5) for r in runs if r["qk_norm"]
+                                for L, B in zip(r["max_logit"], r["gain_bound"], strict=True)
+                                for lg, b in zip(L, B, strict=True)))
+    pl, qk = cells[(False, False, top)], cells[(True, False, top)]
+    out["pairs_top"] = len(pl)
+    out["wins_top"] = sum(_final(b) < _final(a) for a, b in zip(pl, qk, strict=True))
+    wins = pairs = 0
+    for lr in lrs:
+        for mit in (False, True):
+            for a, b in zip(cells[(False, mit, lr)], cells[(True, mit, lr)], strict=True):
+                pairs += 1
+                wins += max(b["max_logit"][-1]) < max(a["max_logit"][-1])
+    out["logit_wins"], out["logit_pairs"] = wins, pairs
+    pairs = [(a, b) for lr in lrs for a, b in zip(cells[(False, False, lr)],
+                                                   cells[(False, True, lr)], strict=True)]
+    out["mit_logit_wins"] = sum(max(b["max_logit"][-1]) < max(a["max_logit"][-1])
+                                for a, b in pairs)
+    out["mit_pairs"] = len(pairs)
+    out["mit_bits_wins_top"] = sum(_final(b) < _final(a) for a, b in zip(
+        cells[(False, False, top)], cells[(False, True, top)], strict=True))
+    out["qk_bound_lo"] = float(np.median([max(r["gain_bound"][-1])
+                                          for r in cells[(True, False, lrs[0])]]))
+    out["qk_bound_0"] = float(max(cells[(True, False, top)][0]["gain_bound"][0]))
+    for tag, lr in (("lo", lrs[0]), ("hi", top)):
+        for a, qk in (("plain", False), ("qk", True)):
+            rs = [r for r in cells[(qk, False, lr)] if r["const"]]
+            if rs:
+                last = str(max(int(k) for k in rs[0]["const"]))
+                out[f"{a}_const_{tag}"] = float(np.median([np.median(r["const"][last])
+                                                           for r in rs]))
+                out[f"{a}_const0_{tag}"] = float(np.median([np.median(r["const"]["0"])
+                                                            for r in rs]))
+                out[f"const_runs_{tag}"] = len(rs)
+    best = min(np.median([_final(r) for r in cells[(False, False, lr)]]) for lr in lrs)
+    bad = [lr for lr in lrs if np.mean([_final(r) > best + 0.1
+                                        for r in cells[(False, False, lr)]]) >= 0.5]
+    if bad:
+        out["plain_first_bad_lr"] = bad[0]
+    return {k: float(v) for k, v in out.items()}
+
+
+def _round(x, digits: int = 5):
+    """Floats rounded to ``digits`` significant digits, recursively (for a small JSON)."""
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}") if math.isfinite(x) else x
+    if isinstance(x, dict):
+        return {k: _round(v, digits) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_round(v, digits) for v in x]
+    return x
+
+
+def _one(kw: dict) -> dict:
+    t0 = time.process_time()
+    rec = train_run(**kw)
+    rec["cpu_s"] = time.process_time() - t0
+    rec = _round(rec)
+    print(f"qk={kw['qk_norm']:d} mit={kw['mitigations']:d} lr={kw['lr']:g} seed={kw['seed']}: "
+          f"{rec['heldout_bits'][-1]:.3f} bits/byte, max logit {max(rec['max_logit'][-1]):.1f}, "
+          f"diverged {rec['diverged_at']}, {rec['cpu_s']:.1f} s", flush=True)
+    return rec
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """The command line; writes and returns the results dictionary."""
+    ap = argparse.ArgumentParser(prog="python -m lipattn.book.stability", description=__doc__)
+    ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 1e-2, 1e-1])
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=160)
+    ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--const-runs", type=int, default=2,
+                    help="seeds whose local constants are measured (mitigations off)")
+    ap.add_argument("--const-lrs", type=float, nargs="*", default=None,
+                    help="learning rates of the constant runs (default: first and last)")
+    ap.add_argument("--const-windows", type=int, default=3)
+    ap.add_argument("--checkpoints", type=int, default=2,
+                    help="evenly spaced checkpoints of the constants (besides step 0)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    commit = _git_commit()
+    corpus = stdlib_corpus()
+    keep = tuple(round(a.steps * k / a.checkpoints) for k in range(a.checkpoints + 1))
+    clrs = [a.lrs[0], a.lrs[-1]] if a.const_lrs is None else a.const_lrs
+    specs = []
+    for seed in range(a.seeds):
+        for lr in a.lrs:
+            for qk in (False, True):
+                for mit in (False, True):
+                    const = not mit and seed < a.const_runs and lr in clrs
+                    specs.append(dict(qk_norm=qk, lr=lr, seed=seed, mitigations=mit,
+                                      steps=a.steps, eval_every=a.eval_every, corpus=corpus,
+                                      keep_at=keep if const else (),
+                                      const_windows=a.const_windows if const else 0))
+    t0 = time.time()
+    partial = None if a.out is None else Path(a.out).with_suffix(".partial.jsonl")
+    runs = []
+
+    def keep(rec: dict) -> None:       # each run as it ends, so a stopped sweep survives
+        runs.append(rec)
+        if partial is not None:
+            with open(partial, "a") as f:
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    if a.jobs > 1:
+        import multiprocessing as mp
+        with mp.get_context("fork").Pool(a.jobs) as pool:
+            for rec in pool.imap(_one, specs, chunksize=1):
+                keep(rec)
+    else:
+        for s in specs:
+            keep(_one(s))
+    result = {"args": {k: str(v) for k, v in vars(a).items()}, "git_commit": commit,
+              "model": {"layout": "llama", "n_layer": 2, "d": 64, "n_head": 4, "context": 64,
+                        "batch": 16, "vocab": 256},
+              "mitigations": {"warmup_frac": 0.1, "decay": 1e-3, "z_loss": 1e-4},
+              "wall_s": time.time() - t0, "runs": runs, "cells": summarise(runs)}
+    if a.out is not None:
+        Path(a.out).write_text(json.dumps(result, separators=(",", ":")) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
