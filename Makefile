@@ -2,7 +2,9 @@
 # is installed into .venv from requirements.txt.
 #
 #   make book    build the site (chapters executed) and serve it on 127.0.0.1:8000
-#   make html    build the site into _build/html
+#   make html    build the site into _build/html: English, then the Chinese edition
+#                in _build/html/zh (html-en, html-zh build one of them)
+#   make gettext regenerate the .pot files and update locale/zh_CN/LC_MESSAGES/*.po
 #   make test    lint, unit/property tests, notebooks, the -n -W build, the browser test
 #   make bench   the benchmarks
 #   make lab     JupyterLab, with chapters opening as notebooks
@@ -18,7 +20,7 @@ PORT   ?= 8000
 export MPLCONFIGDIR ?= $(CURDIR)/$(VENV)/matplotlib
 JB_FLAGS := -n -W --keep-going
 
-.PHONY: venv book html serve test lint unit notebooks browser-deps browser bench lab clean
+.PHONY: venv book html html-en html-zh gettext serve test lint unit notebooks browser-deps browser bench lab clean
 
 venv: $(STAMP)
 
@@ -29,8 +31,20 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
-html: $(STAMP)
+# The Chinese edition (Sphinx gettext, locale/README.md) reuses the English
+# build's execution cache: html-zh executes nothing that html-en has run.
+html: html-en html-zh
+
+html-en: $(STAMP)
 	$(BIN)/jupyter-book build . --builder html $(JB_FLAGS)
+
+html-zh: $(STAMP)
+	$(BIN)/python -m lipattn.book.edition build $(JB_FLAGS)
+
+# The English source's messages (.pot, notebooks not executed) merged into the
+# catalogues: changed English becomes fuzzy or untranslated entries.
+gettext: $(STAMP)
+	$(BIN)/python -m lipattn.book.edition gettext
 
 book: html serve
 

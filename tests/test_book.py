@@ -148,12 +148,17 @@ def test_vendored_assets_are_not_injected_everywhere(built_html):
 MAX_SHARED_BYTES = 7 * 1024 * 1024
 
 
-def test_whole_site_stays_small(built_html):
+@pytest.mark.parametrize("edition", ["", "zh"])
+def test_whole_site_stays_small(built_html, edition):
     """What every page shares (theme, MathJax, search index: all of _build/html
     but the chapter pages and their figures) stays under 7 MB, so the site is
     that plus at most MAX_PAGE_BYTES per page (test_page_weight_with_its_frames_and_figures).
-    MathJax is copied in part (lipattn.book.sphinxext.MATHJAX_FILES), not whole (43 MB)."""
-    files = [f for f in built_html.rglob("*") if f.is_file()]
+    MathJax is copied in part (lipattn.book.sphinxext.MATHJAX_FILES), not whole (43 MB).
+    Each edition (English; Chinese in zh/) on its own."""
+    site = built_html / edition
+    files = [f for f in site.rglob("*") if f.is_file()
+             and (edition or f.relative_to(site).parts[0] != "zh")]
+    built_html = site
     mathjax = sum(f.stat().st_size for f in files if "_static/mathjax" in f.as_posix())
     assert mathjax < 4e6, f"MathJax takes {mathjax / 1e6:.1f} MB"
     unused = [f.name for f in files if f.suffix == ".map" or "_static/locales" in f.as_posix()]

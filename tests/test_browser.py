@@ -489,11 +489,11 @@ def test_audit_table_fits_the_column(driver, server):
     assert len(widths) == 1 and widths[0][0] <= widths[0][1] + 2, widths
 
 
-def _search(driver, server, term: str) -> list[str]:
+def _search(driver, server, term: str, edition: str = "") -> list[str]:
     import time
     from urllib.parse import quote
 
-    _load(driver, f"{server}/search.html?q={quote(term)}")
+    _load(driver, f"{server}/{edition}search.html?q={quote(term)}")
     found: list[str] = []
     for _ in range(100):
         found = [a.get_attribute("href") for a in
@@ -601,3 +601,41 @@ def test_folded_proofs(driver, server, page):
     driver.execute_script("window.dispatchEvent(new Event('afterprint'))")
     assert driver.execute_script(
         "return Array.from(document.querySelectorAll('details')).map(d => d.open)") == was_open
+
+
+@pytest.mark.parametrize("page", ["chapters/04_prenorm_postnorm.html", "chapters/intro.html",
+                                  "chapters/review_zh.html"])
+def test_chinese_edition_page(driver, server, built_html, page):
+    """A page of the Chinese edition (_build/html/zh, Sphinx gettext) declares
+    its language, links to its English twin (and the twin back to it),
+    typesets its formulas, and loads nothing from outside."""
+    assert (built_html / "zh" / page).is_file(), "the Chinese edition is not built (make html-zh)"
+    _load(driver, f"{server}/zh/{page}")
+    assert driver.execute_script("return document.documentElement.lang") == "zh-Hans"
+    link = driver.find_element("css selector", "a.lp-language")
+    assert link.is_displayed()
+    assert link.get_attribute("hreflang") == "en" and link.text.strip() == "English"
+    assert link.get_attribute("href") == f"{server}/{page}"
+    text = driver.execute_script(
+        "const b = document.querySelector('main').cloneNode(true);"
+        "b.querySelectorAll('pre, code, script, style, mjx-container').forEach(e => e.remove());"
+        "return b.innerText;")
+    for raw in ("\\(", "\\)", "$$", "\\["):
+        assert raw not in text, f"raw {raw!r} left untypeset on zh/{page}"
+    assert driver.execute_script("return document.querySelectorAll('mjx-container').length") > 0
+    assert not driver.execute_script("return document.querySelectorAll('mjx-merror').length")
+    assert not _requests_leaving(driver, server)
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe
+
+    _load(driver, f"{server}/{page}")
+    back = driver.find_element("css selector", "a.lp-language")
+    assert back.get_attribute("hreflang") == "zh-Hans" and back.text.strip() == "中文"
+    assert back.get_attribute("href") == f"{server}/zh/{page}"
+
+
+@pytest.mark.parametrize("term", ["谱范数", "雅可比矩阵", "预热"])
+def test_chinese_edition_search_finds_chinese_words(driver, server, term):
+    """The Chinese edition's search index splits Chinese text with jieba."""
+    found = _search(driver, server, term, edition="zh/")
+    assert any("/zh/chapters/" in url for url in found), found

@@ -62,6 +62,27 @@ It does what ``_config.yml`` alone cannot:
    matches, so the book's terms (``search_terms_zh.txt`` beside this module)
    are loaded as a jieba user dictionary, unless ``html_search_options``
    names another; jieba's progress messages are silenced.
+11. **A second language (Sphinx gettext).** ``lipattn_translation`` names
+   the translated edition (``language``, e.g. ``zh_CN``; its ``folder``
+   under the English site, e.g. ``zh``; its BCP 47 ``lang`` and its
+   ``label``; the file ``list`` of pages whose catalogue is complete). The
+   build whose ``language`` is that one (``python -m lipattn.book.edition``)
+   writes into ``_build/html/<folder>`` and keeps its own doctrees, but
+   shares the English build's execution cache (``lipattn_build_dir``: the
+   build folder both use), so no notebook runs twice. Every page links to
+   its twin in the other language (a header button); in the translation,
+   pages not on the list carry a short notice that they are not yet
+   translated, and their English body is marked ``lang="en"``. Glue roles
+   in translated text (``{glue:text}`key```, parsed again by Sphinx from
+   the catalogue, without the notebook) become myst-nb's pending glue
+   references to the page itself, resolved from its glue data like a
+   cross-document paste. The English build leaves the translation's folder
+   alone (:func:`finish_site` skips nested sites) and vice versa. Figure alt
+   text is set in code (:func:`lipattn.book.plotting.set_alt`), so it is not
+   in the pages' catalogues: ``make gettext`` collects the English build's
+   alt texts into ``figures.pot`` (:func:`figures_pot`), translated in
+   ``<locale>/<language>/LC_MESSAGES/figures.po``; the translation's figures
+   take their alt text from there (:func:`alt_catalogue`), else the English.
 """
 
 from __future__ import annotations
@@ -76,8 +97,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MATHJAX_FILES", "COMPLETE_MARK", "inputs_hash", "mathjax_subset", "sync_tree",
-           "finish_site", "rewrite_page", "setup"]
+__all__ = ["MATHJAX_FILES", "COMPLETE_MARK", "UNTRANSLATED_NOTICE", "FIGURES_DOMAIN",
+           "figures_pot", "alt_catalogue", "inputs_hash",
+           "mathjax_subset", "sync_tree", "finish_site", "rewrite_page", "is_translation",
+           "translated_pages", "setup"]
 
 #: Paths under MathJax's ``static/mathjax`` folder that the site ships.
 MATHJAX_FILES = (
@@ -220,11 +243,55 @@ def sync_tree(source: Path, dest: Path) -> int:
     return changed
 
 
+def _build_root(app: Any) -> Path:
+    """The build folder (``_build``): ``lipattn_build_dir`` if set, else the
+    output folder's parent (``_build/html`` -> ``_build``)."""
+    given = getattr(app.config, "lipattn_build_dir", "")
+    return Path(given) if given else Path(app.outdir).parent
+
+
+def _translation(config: Any) -> dict:
+    """``lipattn_translation`` with its defaults, or {} when there is none."""
+    tr = dict(config.lipattn_translation or {})
+    if not tr:
+        return {}
+    for key in ("language", "folder"):
+        if not isinstance(tr.get(key), str) or not tr[key]:
+            raise ValueError(f"lipattn_translation[{key!r}] must be a non-empty string; "
+                             f"got {tr.get(key)!r}")
+    tr.setdefault("lang", tr["language"].replace("_", "-"))
+    tr.setdefault("label", tr["language"])
+    return tr
+
+
+def is_translation(config: Any) -> bool:
+    """Is this the build of the translated edition (its ``language``)?"""
+    tr = _translation(config)
+    return bool(tr) and (config.language or "") == tr["language"]
+
+
+def translated_pages(path: Path | str) -> list[str]:
+    """The docnames listed in a translated-pages file (one a line; blank
+    lines and ``#`` comments ignored); [] when the file does not exist."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a path (str or Path); got {type(path).__name__}")
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.append(line)
+    return out
+
+
 def _config_inited(app: Any, config: Any) -> None:
     root = Path(app.srcdir)
     digest = inputs_hash(root, config.lipattn_watch)
     app.lipattn_inputs_hash = digest
-    base = Path(config.nb_execution_cache_path or Path(app.outdir).parent / ".jupyter_cache")
+    build = _build_root(app)
+    base = Path(config.nb_execution_cache_path or build / ".jupyter_cache")
     # One cache folder per state of the library; drop the folders of older states.
     if base.name.startswith("lib-"):
         base = base.parent
@@ -237,7 +304,7 @@ def _config_inited(app: Any, config: Any) -> None:
     import mathjax  # from django-static-mathjax
 
     source = Path(mathjax.__file__).parent / "static" / "mathjax"
-    static = mathjax_subset(source, Path(app.outdir).parent / "lipattn-mathjax")
+    static = mathjax_subset(source, build / "lipattn-mathjax")
     # The site's own copy is left alone here: a build with nothing out of
     # date copies no static files, so what is deleted now would stay missing.
     # build-finished makes it equal to the subset (_finish).
@@ -252,7 +319,17 @@ def _config_inited(app: Any, config: Any) -> None:
     opts = dict(config.html_theme_options or {})
     if opts.get("repository_url"):
         opts["use_repository_button"] = True
-        config.html_theme_options = opts
+    tr = _translation(config)
+    app.lipattn_translated = set()
+    if tr:
+        # the other-language button, first among the header's buttons
+        config.templates_path = [*config.templates_path,
+                                 str(Path(__file__).with_name("templates"))]
+        opts.setdefault("article_header_end",
+                        ["lipattn-language.html", "article-header-buttons.html"])
+        if tr.get("list"):
+            app.lipattn_translated = set(translated_pages(root / tr["list"]))
+    config.html_theme_options = opts
 
 
 def _chinese_search(config: Any) -> None:
@@ -276,10 +353,31 @@ def _builder_inited(app: Any) -> None:
     mark.unlink(missing_ok=True)
 
 
+def _nb_output_folder(app: Any) -> None:
+    """A translation's site sits inside the English one (``_build/html/zh``):
+    myst-nb's output folder (``<outdir>/../jupyter_execute``) would be inside
+    the English site; it goes beside the English one instead."""
+    build, out = _build_root(app), Path(app.outdir)
+    config = getattr(app.env, "mystnb_config", None)
+    if config is not None and out.parent.resolve() != build.resolve():
+        folder = build / f"jupyter_execute-{out.name}"
+        app.env.mystnb_config = config.copy(output_folder=str(folder.resolve()))
+
+
 def _env_get_outdated(app: Any, env: Any, added: set, changed: set, removed: set) -> list[str]:
     digest = app.lipattn_inputs_hash
+    # pages that joined or left the translated list get their notice changed
+    listed = getattr(app, "lipattn_translated", set())
+    flipped = listed ^ getattr(env, "lipattn_translated", set())
+    env.lipattn_translated = set(listed)
+    if is_translation(app.config):  # a new alt text: every page written again
+        po = _figures_po(app)
+        stamp = hashlib.sha256(po.read_bytes()).hexdigest() if po.is_file() else ""
+        if getattr(env, "lipattn_figures_po", "") != stamp:
+            env.lipattn_figures_po = stamp
+            flipped = set(env.found_docs)
     if getattr(env, "lipattn_inputs_hash", None) == digest and getattr(app, "lipattn_resume", True):
-        return []
+        return sorted(flipped & env.found_docs)
     env.lipattn_inputs_hash = digest
     return sorted(env.found_docs)
 
@@ -395,7 +493,7 @@ def _split_narrow(wide: Path, narrow: Path) -> None:
         im.save(wide, format="PNG", pnginfo=info, optimize=True)
 
 
-def _figures(page: str, page_dir: Path) -> str:
+def _figures(page: str, page_dir: Path, alt_text: Any = None) -> str:
     from . import plotting
 
     def fix(m: re.Match) -> str:
@@ -413,7 +511,10 @@ def _figures(page: str, page_dir: Path) -> str:
         alt = re.search(r'alt="([^"]*)"', attrs)
         if alt is None or alt.group(1).endswith(".png"):
             attrs = re.sub(r'\s*alt="[^"]*"', "", attrs)
-            attrs += f' alt="{_html.escape(meta.get("lipattn:alt", ""))}"'
+            text = meta.get("lipattn:alt", "")
+            if alt_text is not None:
+                text = alt_text.get(text, text)
+            attrs += f' alt="{_html.escape(text)}"'
         cls = re.search(r'class="([^"]*)"', attrs)
         if cls:
             attrs = attrs.replace(cls.group(0), f'class="{cls.group(1)} lp-fig"')
@@ -482,7 +583,8 @@ def _icons(page: str, table: dict) -> str:
     return _ICON_RE.sub(svg, page)
 
 
-def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None) -> str:
+def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None,
+                 alt_text: dict | None = None) -> str:
     """The built HTML of one page, made light (see the module docstring, item 7).
 
     Parameters
@@ -495,10 +597,13 @@ def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None) ->
         The site's ``_static`` folder (frames are written under it).
     icons : dict or None
         :func:`_icon_table`, or None to leave icons alone.
+    alt_text : dict or None
+        English alt text -> the alt text to show (a translation's,
+        :func:`alt_catalogue`); texts it lacks stay English.
     """
     prefix = Path(os.path.relpath(static, page_dir)).as_posix() + "/"
     page = _frames_out(page, prefix, static)
-    page = _figures(page, page_dir)
+    page = _figures(page, page_dir, alt_text)
     if icons is not None:
         page = _icons(page, icons)
         page = re.sub(
@@ -520,21 +625,30 @@ def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None) ->
     return page
 
 
-def finish_site(outdir: Path) -> None:
-    """Post-process the built site in place (module docstring, item 7)."""
+def finish_site(outdir: Path, reports_dest: Path | None = None,
+                alt_text: dict | None = None) -> None:
+    """Post-process the built site in place (module docstring, item 7).
+
+    Folders holding their own site (a ``.buildinfo``, e.g. a translation's
+    ``zh/``) are left alone. ``reports_dest``: where build reports go
+    (default ``<outdir>/../reports``)."""
     outdir = Path(outdir)
     reports = outdir / "reports"
     if reports.is_dir():  # tracebacks with local paths: not part of the site
-        dest = outdir.parent / "reports"
+        dest = reports_dest or outdir.parent / "reports"
         shutil.rmtree(dest, ignore_errors=True)
         shutil.move(str(reports), str(dest))
     static = outdir / "_static"
+    # another site inside this one (a translation's, ``zh/``) is its build's
+    nested = [p.parent for p in outdir.glob("*/**/.buildinfo")]
     fa_js = static / "scripts" / "fontawesome.js"
     icons = _icon_table(fa_js) if fa_js.is_file() else None
     used: set[Path] = set()
     for f in sorted(outdir.rglob("*.html")):
+        if any(f.is_relative_to(n) for n in nested):
+            continue
         text = f.read_text(encoding="utf-8")
-        new = rewrite_page(text, f.parent, static, icons)
+        new = rewrite_page(text, f.parent, static, icons, alt_text)
         if new != text:
             f.write_text(new, encoding="utf-8")
         used.update((f.parent / u).resolve()
@@ -548,18 +662,72 @@ def finish_site(outdir: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
+#: The catalogue (domain) of the figures' alt texts, beside the pages' catalogues.
+FIGURES_DOMAIN = "figures"
+
+
+def figures_pot(images: Path | str, pot: Path | str) -> int:
+    """Write the alt texts of the figures in ``images`` (an English build's
+    ``_images``: PNGs drawn by :mod:`lipattn.book.plotting`) as a message
+    template ``pot``; returns the number of messages."""
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import write_po
+    from PIL import Image
+
+    images = Path(images)
+    if not images.is_dir():
+        raise ValueError(f"images must be an existing folder (build the English site "
+                         f"first); got {str(images)!r}")
+    cat = Catalog(fuzzy=False)
+    for png in sorted(images.glob("*.png")):
+        with Image.open(png) as im:
+            alt = dict(getattr(im, "text", {}) or {}).get("lipattn:alt")
+        if alt:
+            cat.add(alt)
+    with open(pot, "wb") as f:
+        write_po(f, cat, width=0, omit_header=False)
+    return len(cat)
+
+
+def alt_catalogue(po: Path | str) -> dict[str, str]:
+    """English alt text -> translation, from ``po`` (translated entries that
+    are not fuzzy); {} when the file does not exist."""
+    from babel.messages.pofile import read_po
+
+    po = Path(po)
+    if not po.is_file():
+        return {}
+    with open(po, "rb") as f:
+        cat = read_po(f)
+    return {m.id: m.string for m in cat if m.id and m.string and not m.fuzzy}
+
+
+def _figures_po(app: Any) -> Path:
+    dirs = app.config.locale_dirs or ["locales"]
+    return (Path(app.srcdir) / dirs[0] / app.config.language / "LC_MESSAGES"
+            / f"{FIGURES_DOMAIN}.po")
+
+
+def _reports_dest(app: Any) -> Path:
+    build, out = _build_root(app), Path(app.outdir)
+    if out.parent.resolve() == build.resolve():
+        return build / "reports"
+    return build / f"reports-{out.name}"
+
+
 def _finish(app: Any, exception: Exception | None) -> None:
     if app.builder.format != "html":
         return
     reports = Path(app.outdir) / "reports"
     if exception is not None:
         if reports.is_dir():
-            dest = Path(app.outdir).parent / "reports"
+            dest = _reports_dest(app)
             shutil.rmtree(dest, ignore_errors=True)
             shutil.move(str(reports), str(dest))
         return
     sync_tree(app.lipattn_mathjax, Path(app.outdir) / "_static" / "mathjax")
-    finish_site(Path(app.outdir))
+    alt = alt_catalogue(_figures_po(app)) if is_translation(app.config) else None
+    finish_site(Path(app.outdir), _reports_dest(app), alt)
     (Path(app.doctreedir) / COMPLETE_MARK).write_text(str(app.outdir), encoding="utf-8")
 
 
@@ -591,11 +759,95 @@ def _page_language(app: Any, pagename: str, templatename: str, context: dict,
         context["language"] = lang  # the theme's <html lang="{{ language }}">
 
 
+#: The notice on a page of the translation that is not translated yet, by language.
+UNTRANSLATED_NOTICE = {
+    "zh": ("本页尚未译成中文，以下是英文原文。"
+           '<a href="{twin}" hreflang="en" lang="en">English</a>'),
+}
+
+
+def _twin(app: Any, pagename: str) -> dict | None:
+    """The other-language twin of ``pagename``: its URL (relative to the
+    page), its language tag and the button's label."""
+    tr = _translation(app.config)
+    if not tr:
+        return None
+    up = "../" * pagename.count("/")
+    if is_translation(app.config):
+        up += "../" * (tr["folder"].strip("/").count("/") + 1)
+        return {"url": f"{up}{pagename}.html", "lang": "en", "label": "English",
+                "title": "English version of this page"}
+    return {"url": f"{up}{tr['folder'].strip('/')}/{pagename}.html", "lang": tr["lang"],
+            "label": tr["label"], "title": tr.get("title", tr["label"])}
+
+
+def _language_links(app: Any, pagename: str, templatename: str, context: dict,
+                    doctree: Any) -> None:
+    """The twin button (template ``lipattn-language.html``) and, in the
+    translation, the not-yet-translated notice."""
+    twin = _twin(app, pagename)
+    if twin is None:
+        return
+    context["lipattn_twin"] = twin
+    if not is_translation(app.config):
+        return
+    tr = _translation(app.config)
+    own = app.config.lipattn_page_languages.get(pagename, "")
+    context["language"] = own or tr["lang"]
+    native = own.split("-")[0] == tr["lang"].split("-")[0]  # written in that language
+    if doctree is None or native or pagename in app.lipattn_translated:
+        return
+    notice = UNTRANSLATED_NOTICE.get(tr["lang"].split("-")[0].lower())
+    if notice is None:
+        notice = 'Not yet translated: <a href="{twin}" hreflang="en">English</a>.'
+    context["body"] = (
+        f'<div class="admonition note lp-untranslated" role="note">'
+        f'<p>{notice.format(twin=_html.escape(twin["url"]))}</p></div>'
+        f'<div lang="en">{context.get("body", "")}</div>')
+
+
+def _translated_glue_roles(app: Any) -> None:
+    """``{glue:text}`` in translated text: a pending glue reference to the
+    page itself (module docstring, item 11)."""
+    from myst_nb.ext.glue.roles import PasteTextRole
+    from myst_nb.ext.glue.utils import (
+        PendingGlueReferenceError,
+        create_pending_glue_ref,
+        glue_warning,
+    )
+
+    class TranslatedPasteText(PasteTextRole):
+        def run(self):  # type: ignore[no-untyped-def]
+            env = getattr(self.document.settings, "env", None)
+            if "nb_renderer" in self.document or env is None:
+                return super().run()
+            # as PasteTextRole: ``key`` or ``key:format``
+            key, sep, fmt = self.text.rpartition(":")
+            if not sep:
+                key, fmt = self.text, "s"
+            if "::" in key or key.endswith(":"):
+                return super().run()  # a paste from another page: myst-nb's own
+            own = "/" + Path(env.doc2path(env.docname)).relative_to(env.srcdir).as_posix()
+            try:
+                ref = create_pending_glue_ref(self.document, self.source, self.line, own,
+                                              key, inline=True, gtype="text", fmt_spec=fmt)
+            except PendingGlueReferenceError as exc:
+                return [], [glue_warning(str(exc), self.document, self.line)]
+            return [ref], []
+
+    app.add_role_to_domain("glue", "text", TranslatedPasteText(), override=True)
+
+
 def setup(app: Any) -> dict[str, Any]:
     """Register the extension with Sphinx."""
     app.add_config_value("lipattn_watch", ["lib", "requirements.txt"], "env")
+    app.add_config_value("lipattn_build_dir", "", "env")
+    app.add_config_value("lipattn_translation", {}, "html")
     app.connect("config-inited", _config_inited, priority=900)
     app.connect("builder-inited", _builder_inited)
+    app.connect("builder-inited", _nb_output_folder, priority=600)  # after myst-nb's
+    if "myst_nb" in app.extensions:
+        _translated_glue_roles(app)
     app.connect("env-get-outdated", _env_get_outdated)
     # before myst-nb's own handler (priority 500) adds the page's scripts
     app.connect("html-page-context", _drop_widget_state, priority=400)
@@ -606,4 +858,5 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("html-page-context", _notebook_download, priority=450)
     app.add_config_value("lipattn_page_languages", {}, "html")
     app.connect("html-page-context", _page_language)
+    app.connect("html-page-context", _language_links, priority=460)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

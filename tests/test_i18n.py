@@ -1,0 +1,541 @@
+"""The Chinese edition (Sphinx gettext; locale/README.md).
+
+* Catalogues: every page listed in ``locale/zh_CN/TRANSLATED`` has a complete
+  ``.po`` (no untranslated, fuzzy or obsolete entry; math, code, roles,
+  labels and links preserved), and one in step with the current English
+  source (every message of a fresh ``.pot`` is in it). The checker is shown
+  to fail on a small fixture catalogue.
+* The mechanism, on a small fixture book: the zh build reuses the English
+  build's execution cache, glue roles in translated text render, every page
+  links to its twin, untranslated pages say so, figures take their alt text
+  from figures.po, a second build of both languages changes nothing.
+* The built site (marker ``book``): both editions have the same pages, the
+  same glued numbers, and their links to each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lipattn.book.sphinxext import translated_pages
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCALE = ROOT / "locale" / "zh_CN" / "LC_MESSAGES"
+#: The one list of translated pages (docnames); the zh build reads it too.
+TRANSLATED_LIST = ROOT / "locale" / "zh_CN" / "TRANSLATED"
+TRANSLATED = translated_pages(TRANSLATED_LIST)
+
+# Markup that a translation must keep (as a multiset): MyST roles (for a role
+# with an explicit title, ``title <label>``, only the label), $$...$$ and $...$
+# math, `code`, (label)= targets and link targets.
+_ROLE = re.compile(r"\{([a-z][a-z0-9:\-]*)\}`([^`]*)`")
+_MATH2 = re.compile(r"\$\$.*?\$\$", re.S)
+_MATH = re.compile(r"(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$", re.S)
+_CODE = re.compile(r"(?<!`)`([^`{}]+)`(?!`)")
+_LINK = re.compile(r"\]\(([^)]+)\)")
+_TARGET = re.compile(r"^\(([^)\s]+)\)=\s*$", re.M)
+# The one substitution allowed: a glue role with key ``K_zh`` in the msgstr
+# stands for the role with key ``K`` of the msgid (the page glues a Chinese
+# value, words rather than a number, beside the English one).
+_GLUE_ZH = re.compile(r"^(\{glue(?::[a-z]+)?\})([^:]+)_zh((?::.*)?)$", re.S)
+
+
+def markup(text: str) -> Counter:
+    """The markup tokens of one message (what a translation must keep)."""
+    out: Counter = Counter()
+    for role, body in _ROLE.findall(text):
+        m = re.match(r"(?s).*<([^<>]+)>\s*$", body)
+        out[f"{{{role}}}" + (m.group(1) if m else body)] += 1
+    rest = _ROLE.sub(" ", text)
+    for m in _MATH2.findall(rest):
+        out["$$" + re.sub(r"\s+", "", m)] += 1
+    rest = _MATH2.sub(" ", rest)
+    for m in _MATH.findall(rest):
+        out["$" + re.sub(r"\s+", "", m)] += 1
+    rest = _MATH.sub(" ", rest)
+    for m in _CODE.findall(rest):
+        out["`" + m] += 1
+    for m in _LINK.findall(text):
+        out["link:" + m] += 1
+    for m in _TARGET.findall(text):
+        out["target:" + m] += 1
+    return out
+
+
+def _zh_glue_as_english(a: Counter, b: Counter) -> Counter:
+    """``b`` (a msgstr's markup) with each glue role of key ``K_zh`` counted
+    as key ``K`` where the msgid (markup ``a``) has that role."""
+    out: Counter = Counter()
+    for tok, n in b.items():
+        m = _GLUE_ZH.match(tok)
+        if m and tok not in a and m.group(1) + m.group(2) + m.group(3) in a:
+            tok = m.group(1) + m.group(2) + m.group(3)
+        out[tok] += n
+    return out
+
+
+def emphasis(text: str) -> tuple[Counter, list[str]]:
+    """Bold and italic spans of ``text`` as CommonMark parses it (with
+    dollar math, as MyST does), and the text fragments that still hold a
+    literal ``**`` (e.g. ``**问题。**自``, which CommonMark does not close)."""
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+    spans: Counter = Counter()
+    stray = []
+    for block in MarkdownIt("commonmark").use(dollarmath_plugin).parse(text):
+        for t in block.children or ():
+            if t.type in ("strong_open", "em_open"):
+                spans[t.type] += 1
+            elif t.type == "text" and "**" in t.content:
+                stray.append(t.content)
+    return spans, stray
+
+
+def _read(path: Path):
+    from babel.messages.pofile import read_po
+
+    with open(path, "rb") as f:
+        return read_po(f)
+
+
+def po_problems(path: Path) -> list[str]:
+    """Every reason ``path`` (a .po) is not a finished translation."""
+    cat = _read(path)
+    problems = []
+    for msg in cat:
+        if not msg.id:
+            continue
+        mid, mstr = msg.id, msg.string
+        if not mstr:
+            problems.append(f"untranslated: {mid[:70]!r}")
+            continue
+        if msg.fuzzy:
+            problems.append(f"fuzzy: {mid[:70]!r}")
+        a = markup(mid)
+        b = _zh_glue_as_english(a, markup(mstr))
+        if a != b:
+            problems.append(f"markup not preserved in {mid[:60]!r}: missing {dict(a - b)}, "
+                            f"extra {dict(b - a)}")
+        (spans_id, _), (spans_str, stray) = emphasis(mid), emphasis(mstr)
+        if stray:
+            problems.append(f"emphasis not closed (CommonMark) in {mstr[:60]!r}: literal ** "
+                            f"in {[x[:40] for x in stray]}")
+        elif spans_id != spans_str:
+            problems.append(f"emphasis differs in {mid[:60]!r}: msgid {dict(spans_id)}, "
+                            f"msgstr {dict(spans_str)}")
+    for mid in cat.obsolete:
+        problems.append(f"obsolete: {str(mid)[:70]!r}")
+    return problems
+
+
+def pot(root: Path, build: Path) -> Path:
+    """:func:`lipattn.book.edition.pot` in its own process (Sphinx's
+    extensions warn of deprecations, which pytest here turns into errors)."""
+    code = "import sys; from lipattn.book.edition import pot; pot(sys.argv[1], sys.argv[2])"
+    proc = subprocess.run([sys.executable, "-c", code, str(root), str(build)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return build / "gettext"
+
+
+def missing_messages(pot: Path, po: Path) -> list[str]:
+    """Messages of the English source (``pot``) that ``po`` lacks (or keeps
+    only as obsolete): English changed and the catalogue was not updated."""
+    have = {m.id for m in _read(po) if m.id}
+    return [m.id for m in _read(pot) if m.id and m.id not in have]
+
+
+# --- the checker, on fixture catalogues --------------------------------------
+
+_HEADER = ('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n'
+           '"Language: zh_CN\\n"\n\n')
+_GOOD = {
+    "The norm is $\\|J\\|_2 \\le 1/2$, see {ref}`the bound <sec-bound>` and `lipattn.softmax`.":
+        "范数满足 $\\|J\\|_2 \\le 1/2$，见 {ref}`界 <sec-bound>` 与 `lipattn.softmax`。",
+    "Measured: {glue:text}`ratio:.2f` ([paper](https://example.org/a))":
+        "实测：{glue:text}`ratio:.2f`（[论文](https://example.org/a)）",
+    "$$\nx^2\n$$": "$$\nx^2\n$$",
+}
+
+
+def _po(path: Path, entries: dict[str, str], extra: str = "") -> Path:
+    def q(s: str) -> str:
+        return json.dumps(s, ensure_ascii=False)
+
+    body = "".join(f"msgid {q(k)}\nmsgstr {q(v)}\n\n" for k, v in entries.items())
+    path.write_text(_HEADER + body + extra, encoding="utf-8")
+    return path
+
+
+def test_a_complete_catalogue_passes(tmp_path: Path):
+    assert po_problems(_po(tmp_path / "good.po", _GOOD)) == []
+
+
+@pytest.mark.parametrize("what,change", [
+    ("untranslated", lambda e: {**e, "A new paragraph.": ""}),
+    ("math", lambda e: {k: v.replace("1/2", "1/3") for k, v in e.items()}),
+    ("math", lambda e: {k: v.replace("$$\nx^2\n$$", "x^2") for k, v in e.items()}),
+    ("code", lambda e: {k: v.replace("`lipattn.softmax`", "softmax") for k, v in e.items()}),
+    ("label", lambda e: {k: v.replace("<sec-bound>", "<sec-other>") for k, v in e.items()}),
+    ("glue", lambda e: {k: v.replace("ratio:.2f", "ratio") for k, v in e.items()}),
+    ("link", lambda e: {k: v.replace("example.org/a", "example.org/b") for k, v in e.items()}),
+])
+def test_the_checker_finds_what_is_wrong(tmp_path: Path, what: str, change):
+    problems = po_problems(_po(tmp_path / "bad.po", change(dict(_GOOD))))
+    assert len(problems) == 1, problems
+    assert ("untranslated" if what == "untranslated" else "markup") in problems[0]
+
+
+def test_a_chinese_glue_value_may_stand_for_the_english_one(tmp_path: Path):
+    entries = {"The method is {glue:text}`verdict`, {glue:text}`ratio:.2f` times.":
+               "该方法{glue:text}`verdict_zh`，快 {glue:text}`ratio:.2f` 倍。"}
+    assert po_problems(_po(tmp_path / "ok.po", entries)) == []
+    wrong = {k: v.replace("ratio:.2f", "ratio_zh:.2f").replace("verdict_zh", "other_zh")
+             for k, v in entries.items()}
+    assert len(po_problems(_po(tmp_path / "bad.po", wrong))) == 1
+
+
+def test_the_checker_finds_emphasis_that_does_not_parse(tmp_path: Path):
+    entries = {"**The question.** Why?": "**问题。**为什么？"}  # CommonMark: not closed
+    problems = po_problems(_po(tmp_path / "bad.po", entries))
+    assert len(problems) == 1 and "emphasis not closed" in problems[0], problems
+    good = {"**The question.** Why?": "**问题。** 为什么？"}
+    assert po_problems(_po(tmp_path / "good.po", good)) == []
+    lost = {"*Only* this.": "只有这个。"}
+    assert "emphasis differs" in po_problems(_po(tmp_path / "lost.po", lost))[0]
+
+
+def test_the_checker_finds_fuzzy_and_obsolete_entries(tmp_path: Path):
+    fuzzy = '#, fuzzy\nmsgid "Old text."\nmsgstr "旧文。"\n\n'
+    obsolete = '#~ msgid "Gone."\n#~ msgstr "已删。"\n'
+    problems = po_problems(_po(tmp_path / "bad.po", _GOOD, fuzzy + obsolete))
+    assert sorted(p.split(":")[0] for p in problems) == ["fuzzy", "obsolete"], problems
+
+
+def test_the_targets_of_labels_are_markup():
+    assert markup("(sec-a)=\n# Title")["target:sec-a"] == 1
+
+
+# --- the listed pages ----------------------------------------------------------
+
+def test_the_translated_list_names_pages_of_the_book():
+    for page in TRANSLATED:
+        assert (ROOT / f"{page}.md").is_file(), f"{TRANSLATED_LIST.name}: no page {page}"
+        assert (LOCALE / f"{page}.po").is_file(), f"no catalogue for {page}"
+
+
+@pytest.mark.parametrize("page", TRANSLATED or [pytest.param("none", marks=pytest.mark.skip(
+    reason="no page is listed in locale/zh_CN/TRANSLATED yet"))])
+def test_translated_pages_are_complete(page: str):
+    problems = po_problems(LOCALE / f"{page}.po")
+    assert not problems, f"{page}.po:\n  " + "\n  ".join(problems[:20])
+
+
+@pytest.fixture(scope="module")
+def fresh_pot(tmp_path_factory) -> Path:
+    """The .pot files of the current English source (gettext builder,
+    notebooks not executed, as `make gettext`)."""
+    return pot(ROOT, tmp_path_factory.mktemp("gettext"))
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("page", TRANSLATED or [pytest.param("none", marks=pytest.mark.skip(
+    reason="no page is listed in locale/zh_CN/TRANSLATED yet"))])
+def test_translated_pages_are_in_step_with_the_english(fresh_pot: Path, page: str):
+    missing = missing_messages(fresh_pot / f"{page}.pot", LOCALE / f"{page}.po")
+    assert not missing, (f"{page}: the English changed and {page}.po was not updated "
+                         f"(`make gettext`, then translate the fuzzy/new entries): {missing[:5]}")
+
+
+@pytest.mark.book
+def test_every_page_has_a_catalogue(fresh_pot: Path):
+    pages = sorted(p.relative_to(fresh_pot).with_suffix("").as_posix()
+                   for p in fresh_pot.rglob("*.pot"))
+    assert "chapters/04_prenorm_postnorm" in pages
+    lacking = [p for p in pages if not (LOCALE / f"{p}.po").is_file()]
+    assert not lacking, f"no catalogue (run `make gettext`): {lacking}"
+
+
+# --- the mechanism, on a fixture book ----------------------------------------
+
+_NOTEBOOK = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  name: python3
+  display_name: Python 3
+---
+# The page
+
+(sec-first)=
+## First section
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+from myst_nb import glue
+glue("answer", 42.123456, display=False)
+glue("name", "spectral", display=False)
+print("executed", flush=True)
+```
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+from lipattn.book import plotting
+plotting.setup_notebook()
+fig, ax = plotting.figure(width=4.0, height=2.0)
+ax.plot([0, 1], [0, 1])
+plotting.glue_figure("fig-line", fig, "A straight line.")
+```
+
+```{glue:figure} fig-line
+:name: fig-line
+
+A line.
+```
+
+The answer is {glue:text}`answer:.2f` and the name is {glue:text}`name`, with $x^2$ \
+and `code`; see {ref}`sec-first`.
+"""
+_TRANSLATION = {
+    "The page": "页面",
+    "First section": "第一节",
+    "A line.": "一条线。",
+    "The answer is {glue:text}`answer:.2f` and the name is {glue:text}`name`, with $x^2$ and "
+    "`code`; see {ref}`sec-first`.":
+        "答案是 {glue:text}`answer:.2f`，名称是 {glue:text}`name`，公式 $x^2$，代码 `code`；"
+        "见 {ref}`sec-first`。",
+}
+
+
+def _book(src: Path) -> None:
+    (src / "locale" / "zh_CN" / "LC_MESSAGES").mkdir(parents=True)
+    (src / "_config.yml").write_text(textwrap.dedent("""\
+        title: Fixture
+        only_build_toc_files: true
+        exclude_patterns: [_build, locale]
+        execute:
+          execute_notebooks: cache
+        parse:
+          myst_enable_extensions: [dollarmath]
+        sphinx:
+          config:
+            extensions: [sphinx_comments, myst_nb, jupyter_book, sphinx_external_toc,
+                         sphinx_book_theme, lipattn.book.sphinxext]
+            html_theme: sphinx_book_theme
+            lipattn_watch: []
+            html_search_language: zh
+            locale_dirs: [locale]
+            gettext_compact: false
+            gettext_uuid: false
+            gettext_location: false
+            lipattn_translation: {language: zh_CN, folder: zh, lang: zh-Hans, label: 中文,
+                                  list: locale/zh_CN/TRANSLATED}
+    """), encoding="utf-8")
+    (src / "_toc.yml").write_text("format: jb-book\nroot: index\nchapters:\n"
+                                  "  - file: page\n  - file: other\n")
+    (src / "index.md").write_text("# Index\n\nThe index.\n")
+    (src / "other.md").write_text("# Other\n\nNot translated yet.\n")
+    (src / "page.md").write_text(_NOTEBOOK)
+    (src / "locale" / "zh_CN" / "TRANSLATED").write_text("# translated\npage\n")
+    _po(src / "locale" / "zh_CN" / "LC_MESSAGES" / "page.po", _TRANSLATION)
+
+
+def _run(src: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    proc = subprocess.run([*args], cwd=src, capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _english(src: Path) -> subprocess.CompletedProcess:
+    jb = Path(sys.executable).with_name("jupyter-book")
+    return _run(src, str(jb), "build", ".", "--builder", "html", "-n", "-W", "--keep-going")
+
+
+def _chinese(src: Path) -> subprocess.CompletedProcess:
+    return _run(src, sys.executable, "-m", "lipattn.book.edition", "build", "-n", "-W",
+                "--keep-going")
+
+
+def _site(out: Path) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes()
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
+    src = tmp_path / "book"
+    src.mkdir()
+    _book(src)
+    en = _english(src)
+    assert "Executing notebook" in en.stdout + en.stderr
+    from lipattn.book.sphinxext import figures_pot
+
+    alts = src / "_build" / "figures.pot"  # as `make gettext` does, from the English images
+    assert figures_pot(src / "_build" / "html" / "_images", alts) == 1
+    assert "A straight line." in alts.read_text(encoding="utf-8")
+    _po(src / "locale" / "zh_CN" / "LC_MESSAGES" / "figures.po",
+        {"A straight line.": "一条直线的图。"})
+    zh = _chinese(src)
+    log = zh.stdout + zh.stderr
+    assert "Executing notebook" not in log and "Using cached notebook" in log, log[-3000:]
+    out = src / "_build" / "html"
+    page = (out / "zh" / "page.html").read_text(encoding="utf-8")
+
+    # language, translation, glue, math, code and cross-reference
+    assert '<html lang="zh-Hans"' in page
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "答案是 42.12，名称是 spectral，公式 \\(x^2\\)，代码 code；见 第一节。" in text
+    assert "The answer is" not in text and "lp-untranslated" not in page
+    assert 'href="#sec-first"' in page
+
+    # twins, both ways; the untranslated page says so, in Chinese
+    assert re.search(r'class="btn btn-sm lp-language" href="zh/page.html" hreflang="zh-Hans"',
+                     (out / "page.html").read_text(encoding="utf-8"))
+    assert re.search(r'class="btn btn-sm lp-language" href="../page.html" hreflang="en"', page)
+    other = (out / "zh" / "other.html").read_text(encoding="utf-8")
+    assert "lp-untranslated" in other and "本页尚未译成中文" in other
+    assert '<div lang="en">' in other and "Not translated yet." in other
+    english = (out / "other.html").read_text(encoding="utf-8")
+    assert "lp-untranslated" not in english and '<html lang="en"' in english
+
+    # the caption is translated; the alt text (set in code) comes from figures.po
+    assert "一条线。" in text
+    assert 'alt="A straight line."' in (out / "page.html").read_text(encoding="utf-8")
+    assert 'alt="一条直线的图。"' in page
+
+    # nothing of the zh build inside the English site but zh/
+    assert not (out / "jupyter_execute").exists() and not (out / "lipattn-mathjax").exists()
+    assert (out / "zh" / "_static" / "mathjax" / "es5" / "tex-chtml.js").is_file()
+
+    # the Chinese search index holds the translated words (jieba)
+    index = (out / "zh" / "searchindex.js").read_text(encoding="utf-8")
+    data = json.loads(index[index.index("(") + 1:index.rindex(")")])
+    assert {"答案", "名称"} <= set(data["terms"]), sorted(data["terms"])[:40]
+
+    # a second build of each language changes nothing in either site
+    site = _site(out)
+    assert "no targets are out of date" in _english(src).stdout
+    assert "no targets are out of date" in _chinese(src).stdout
+    assert _site(out) == site
+
+    # a page that joins the list loses its notice at the next build
+    (src / "locale" / "zh_CN" / "TRANSLATED").write_text("page\nother\n")
+    _chinese(src)
+    assert "lp-untranslated" not in (out / "zh" / "other.html").read_text(encoding="utf-8")
+
+
+def test_a_changed_english_paragraph_is_caught(tmp_path: Path):
+    """The in-step check: after an English edit, the fresh .pot has a message
+    that the catalogue lacks."""
+    src = tmp_path / "book"
+    src.mkdir()
+    _book(src)
+    po = src / "locale" / "zh_CN" / "LC_MESSAGES" / "page.po"
+    assert missing_messages(pot(src, tmp_path / "gt1") / "page.pot", po) == []
+    (src / "page.md").write_text(_NOTEBOOK.replace("and the name", "and its name"))
+    missing = missing_messages(pot(src, tmp_path / "gt2") / "page.pot", po)
+    assert len(missing) == 1 and "and its name" in missing[0]
+
+
+# --- the built site -------------------------------------------------------------
+
+def _pages(site: Path) -> list[str]:
+    return sorted(p.relative_to(site).as_posix() for p in (site / "chapters").glob("*.html"))
+
+
+@pytest.mark.book
+def test_both_editions_have_the_same_pages_and_link_to_each_other(built_html: Path):
+    zh = built_html / "zh"
+    assert _pages(built_html) and _pages(zh) == _pages(built_html)
+    for rel in _pages(built_html):
+        en_page = (built_html / rel).read_text(encoding="utf-8")
+        zh_page = (zh / rel).read_text(encoding="utf-8")
+        name = rel.split("/")[-1]
+        assert f'href="../zh/chapters/{name}" hreflang="zh-Hans"' in en_page, rel
+        assert f'href="../../chapters/{name}" hreflang="en"' in zh_page, rel
+        assert '<html lang="zh-Hans"' in zh_page, rel
+        docname = rel[:-5]
+        native = docname == "chapters/review_zh"
+        assert ("lp-untranslated" in zh_page) == (docname not in TRANSLATED and not native), rel
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("rel", ["chapters/" + p.stem + ".html"
+                                 for p in sorted((ROOT / "chapters").glob("*.md"))])
+def test_every_glued_number_is_in_the_chinese_page(built_html: Path, rel: str):
+    """Glue roles survive translation: the zh page pastes as many values as
+    the English one, and each of its values without Chinese characters (a
+    number; not a ``K_zh`` phrase) is one of the English page's (up to
+    typographic quotes: Sphinx's smart quotes are language-dependent)."""
+    quotes = str.maketrans("\u2018\u2019\u201c\u201d", "''\"\"")
+
+    def pasted(path: Path) -> list[str]:
+        return [v.translate(quotes) for v in re.findall(
+            r'<span class="pasted-text">([^<]*)</span>', path.read_text(encoding="utf-8"))]
+
+    en, zh = pasted(built_html / rel), pasted(built_html / "zh" / rel)
+    assert len(zh) == len(en)
+    shared = Counter(v for v in zh if not re.search(r"[\u3000-\u9fff\uff00-\uffef]", v))
+    assert not shared - Counter(en), dict(shared - Counter(en))
+
+
+@pytest.mark.book
+def test_the_chinese_search_index_splits_chinese_words(built_html: Path):
+    index = (built_html / "zh" / "searchindex.js").read_text(encoding="utf-8")
+    data = json.loads(index[index.index("(") + 1:index.rindex(")")])
+    for term in ("谱范数", "预热", "范数"):
+        assert term in data["terms"], term
+
+
+# --- figure alt text -------------------------------------------------------------
+
+def test_figure_alt_text_comes_from_the_figures_catalogue(tmp_path: Path):
+    """Alt text is set in code (plotting.set_alt), not in the page: `make
+    gettext` collects it from the English build's images (figures.pot), and
+    the translation's figures take it from figures.po (fuzzy or empty
+    entries stay English)."""
+    from babel.messages.pofile import read_po
+
+    from lipattn.book import plotting
+    from lipattn.book.sphinxext import alt_catalogue, figures_pot, rewrite_page
+
+    site = tmp_path / "site"
+    (site / "chapters").mkdir(parents=True)
+    (site / "_images").mkdir()
+    alts = {"a.png": "Two panels: the norm against n.", "b.png": "A heatmap of the weights."}
+    for name, alt in alts.items():
+        fig, ax = plotting.figure(width=4.0, height=2.0)
+        ax.plot([0, 1], [0, 1])
+        plotting.set_alt(fig, alt)
+        (site / "_images" / name).write_bytes(plotting.figure_png(fig))
+    pot = tmp_path / "figures.pot"
+    assert figures_pot(site / "_images", pot) == 2
+    with open(pot, "rb") as f:
+        assert sorted(m.id for m in read_po(f) if m.id) == sorted(alts.values())
+
+    po = _po(tmp_path / "figures.po", {alts["a.png"]: "两幅图：范数随 n 的变化。"},
+             f'#, fuzzy\nmsgid "{alts["b.png"]}"\nmsgstr "权重热图（待校）。"\n')
+    table = alt_catalogue(po)
+    assert table == {alts["a.png"]: "两幅图：范数随 n 的变化。"}
+    page = "".join(f'<img alt="../_images/{n}" src="../_images/{n}" />' for n in alts)
+    out = rewrite_page(page, site / "chapters", site / "_static", None, table)
+    assert 'alt="两幅图：范数随 n 的变化。"' in out
+    assert f'alt="{alts["b.png"]}"' in out  # fuzzy: the English stays
+    english = rewrite_page(page, site / "chapters", site / "_static", None)
+    assert f'alt="{alts["a.png"]}"' in english
+    assert alt_catalogue(tmp_path / "missing.po") == {}
