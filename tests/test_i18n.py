@@ -289,7 +289,30 @@ kernelspec:
 from myst_nb import glue
 glue("answer", 42.123456, display=False)
 glue("name", "spectral", display=False)
+from IPython.display import Markdown
+glue("box", Markdown("**An English box**"), display=False)
+glue("box_zh", Markdown("**一个中文框**"), display=False)
 print("executed", flush=True)
+```
+
+```{glue:md} box
+```
+
+```{code-cell} ipython3
+---
+tags: [remove-input]
+mystnb:
+  figure:
+    caption: |
+      A caption in the
+      cell's metadata.
+    name: fig-cell
+---
+from lipattn.book import plotting
+plotting.setup_notebook()
+fig, ax = plotting.figure(width=4.0, height=2.0)
+ax.plot([0, 1], [1, 0])
+plotting.set_alt(fig, "A falling line.")
 ```
 
 ```{code-cell} ipython3
@@ -314,6 +337,7 @@ _TRANSLATION = {
     "The page": "页面",
     "First section": "第一节",
     "A line.": "一条线。",
+    "A caption in the cell's metadata.": "单元元数据里的图注。",
     "The answer is {glue:text}`answer:.2f` and the name is {glue:text}`name`, with $x^2$ and "
     "`code`; see {ref}`sec-first`.":
         "答案是 {glue:text}`answer:.2f`，名称是 {glue:text}`name`，公式 $x^2$，代码 `code`；"
@@ -334,7 +358,7 @@ def _book(src: Path) -> None:
         sphinx:
           config:
             extensions: [sphinx_comments, myst_nb, jupyter_book, sphinx_external_toc,
-                         sphinx_book_theme, lipattn.book.sphinxext]
+                         sphinx_book_theme, lipattn.book.sphinxext, lipattn.book.captions]
             html_theme: sphinx_book_theme
             lipattn_watch: []
             html_search_language: zh
@@ -386,7 +410,7 @@ def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
     from lipattn.book.sphinxext import figures_pot
 
     alts = src / "_build" / "figures.pot"  # as `make gettext` does, from the English images
-    assert figures_pot(src / "_build" / "html" / "_images", alts) == 1
+    assert figures_pot(src / "_build" / "html" / "_images", alts) == 2
     assert "A straight line." in alts.read_text(encoding="utf-8")
     _po(src / "locale" / "zh_CN" / "LC_MESSAGES" / "figures.po",
         {"A straight line.": "一条直线的图。"})
@@ -413,8 +437,15 @@ def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
     english = (out / "other.html").read_text(encoding="utf-8")
     assert "lp-untranslated" not in english and '<html lang="en"' in english
 
-    # the caption is translated; the alt text (set in code) comes from figures.po
-    assert "一条线。" in text
+    # the captions are translated (a glued figure's, and a code cell's, from its
+    # metadata); a {glue:md} paste takes the page's Chinese value; the English
+    # page keeps its own
+    assert "一条线。" in text and "单元元数据里的图注。" in text
+    assert "一个中文框" in text and "An English box" not in text
+    en_text = re.sub(r"<[^>]+>", "", (out / "page.html").read_text(encoding="utf-8"))
+    assert "An English box" in en_text and "一个中文框" not in en_text
+    assert "A caption in the" in en_text and "metadata." in en_text
+    # the alt text (set in code) comes from figures.po
     assert 'alt="A straight line."' in (out / "page.html").read_text(encoding="utf-8")
     assert 'alt="一条直线的图。"' in page
 

@@ -76,7 +76,8 @@ It does what ``_config.yml`` alone cannot:
    in translated text (``{glue:text}`key```, parsed again by Sphinx from
    the catalogue, without the notebook) become myst-nb's pending glue
    references to the page itself, resolved from its glue data like a
-   cross-document paste. The English build leaves the translation's folder
+   cross-document paste. A ``{glue:md} key`` directive pastes ``key_zh`` (for
+   the language ``zh``) where the page glued one. The English build leaves the translation's folder
    alone (:func:`finish_site` skips nested sites) and vice versa. Figure alt
    text is set in code (:func:`lipattn.book.plotting.set_alt`), so it is not
    in the pages' catalogues: ``make gettext`` collects the English build's
@@ -836,6 +837,28 @@ def _translated_glue_roles(app: Any) -> None:
             return [ref], []
 
     app.add_role_to_domain("glue", "text", TranslatedPasteText(), override=True)
+
+    from myst_nb.ext.glue.directives import PasteMarkdownDirective
+    from myst_nb.ext.glue.utils import RetrievalError, retrieve_glue_data
+
+    class TranslatedPasteMarkdown(PasteMarkdownDirective):
+        """In the translation's build, ``{glue:md} key`` pastes ``key_<lang>``
+        where the page glued one: the same data rendered in that language (the
+        audit's boxes). The English build pastes ``key`` as ever."""
+
+        def run(self):  # type: ignore[no-untyped-def]
+            config = self.state.document.settings.env.config
+            if not is_translation(config):
+                return super().run()
+            suffix = "_" + _translation(config)["lang"].split("-")[0].lower()
+            try:
+                retrieve_glue_data(self.document, self.arguments[0] + suffix)
+            except RetrievalError:
+                return super().run()
+            self.arguments = [self.arguments[0] + suffix, *self.arguments[1:]]
+            return super().run()
+
+    app.add_directive_to_domain("glue", "md", TranslatedPasteMarkdown, override=True)
 
 
 def setup(app: Any) -> dict[str, Any]:
