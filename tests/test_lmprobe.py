@@ -143,3 +143,23 @@ def test_update_measurements_keeps_the_rest(tmp_path, model):
     assert out["growth"]["attn"].shape == (2, L, 3)           # lengths 2, 4, 8
     assert out["growth_random"]["attn"].shape == (1, 2, L, 3)
     assert np.allclose(out["interventions"]["base"], res["measure"]["stack"], rtol=1e-5)
+
+
+def test_attention_growth_with_zero_logits_is_uniform_averaging():
+    """With W_Q = W_K = 0 every softmax row is uniform over its prefix and
+    the logit term of the Jacobian vanishes, so the layer is the linear map
+    Y -> P_n Y W_V W_O: constant ||P_n||_2 ||W_V W_O||_2 (Kronecker), with
+    ||P_n||_2 non-decreasing in n and below 2 (Hardy's inequality)."""
+    sd = random_state_dict("gpt2", L, D, HEADS, vocab=256, n_pos=CTX, seed=2)
+    for i in range(L):
+        sd[f"h.{i}.attn.c_attn.weight"][:, :2 * D] = 0.0
+    m = GPT2.from_state_dict(sd, n_head=HEADS)
+    ks = (1, 2, 4, 8)
+    g = lmprobe.attention_growth(m, WIN, lengths=ks, tol=1e-10)
+    P = [np.linalg.norm(np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None], 2)
+         for n in ks]
+    assert np.all(np.diff(P) >= 0) and max(P) < 2 and np.isclose(P[0], 1)
+    for i in range(L):
+        c = sd[f"h.{i}.attn.c_attn.weight"][:, 2 * D:] @ sd[f"h.{i}.attn.c_proj.weight"]
+        ref = np.array(P) * np.linalg.norm(c, 2)
+        assert np.allclose(g["attn"][:, i], ref, rtol=1e-8)

@@ -56,9 +56,12 @@ CASTIN_CURVES = {"pretrained": ((0, 35.3, 0.26), (6, 25.0, 0.51)),
 #: Their measurement's setup (``gpt_2/process_gpt.py``, ``gpt_2/compute_gpt.py``):
 #: the lengths n (every even n from the first to the second), windows per n,
 #: the power iteration's stopping tolerance on successive estimates of
-#: :math:`\|J\|_2^2` and its iteration cap, and the layers ``b`` measured.
+#: :math:`\|J\|_2^2` and its iteration cap, and the layers ``b`` measured;
+#: the AG_NEWS test texts joined (``batch_size`` of its data loader) and the
+#: floor below which ``gpt2_random/plot_gpt_random.py`` leaves constants out
+#: of its scatter against n (``threshold``).
 CASTIN_SETUP = {"n": (2, 98), "per_n": 10, "power_tol": 5e-4, "max_iter": 500,
-                "layers": (0, 6)}
+                "layers": (0, 6), "ag_news_texts": 1000, "random_floor": 0.1}
 #: The parts :func:`update_measurements` can compute.
 PARTS = ("growth", "interventions")
 
