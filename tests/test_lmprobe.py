@@ -8,21 +8,12 @@ import json
 
 import numpy as np
 import pytest
+from conftest import central_differences
 
 from lipattn.book import lm, lmprobe
 from lipattn.models import GPT2, random_state_dict
 
 L, D, HEADS, CTX = 2, 8, 2, 8
-
-
-def dense(f, X, h=1e-6):
-    cols = []
-    for k in range(X.size):
-        E = np.zeros(X.size)
-        E[k] = h
-        E = E.reshape(X.shape)
-        cols.append(((f(X + E) - f(X - E)) / (2 * h)).ravel())
-    return np.column_stack(cols)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +36,7 @@ def test_attention_growth_is_the_attention_layer_on_a_shortened_window(model):
             X = model.embed(tok[:n])          # the window read alone, n bytes
             for i, blk in enumerate(model.blocks):
                 Y = blk.norm_1.forward(X)[0]
-                J = dense(lambda Z, b=blk: b.attn.forward(Z)[0], Y)
+                J = central_differences(lambda Z, b=blk: b.attn.forward(Z)[0], Y)
                 ref = np.linalg.norm(J, 2)
                 assert abs(g["attn"][a, i, j] - ref) < 1e-6 * ref
                 r = np.sqrt(np.mean(np.sum(Y ** 2, axis=1)))
@@ -75,7 +66,7 @@ def test_byte_interventions_against_dense_jacobians(model):
     pool = set(WIN.ravel().tolist())
     for a, tok in enumerate(WIN):
         H = model.embed(tok)
-        _, s, Vt = np.linalg.svd(dense(lambda Z: model.forward(Z), H))
+        _, s, Vt = np.linalg.svd(central_differences(lambda Z: model.forward(Z), H))
         assert abs(r["base"][a] - s[0]) < 1e-6 * s[0]
         e = np.sum(Vt[0].reshape(H.shape) ** 2, axis=1)
         top = np.argsort(-e)[:2]
@@ -92,7 +83,7 @@ def test_byte_interventions_against_dense_jacobians(model):
                 else:
                     assert len(changed) == 2 and not set(changed) & set(top)
                 Hn = model.embed(t)
-                _, sn, Vn = np.linalg.svd(dense(lambda Z: model.forward(Z), Hn))
+                _, sn, Vn = np.linalg.svd(central_differences(lambda Z: model.forward(Z), Hn))
                 assert abs(r[arm][a, k] - sn[0]) < 1e-6 * sn[0]
                 left = np.sum(Vn[0].reshape(H.shape)[top] ** 2)
                 assert abs(r[f"{arm}_left"][a, k] - left) < 1e-5

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import central_differences
 
 from lipattn import adversarial
 from lipattn import stabilisers as stab
@@ -20,17 +21,6 @@ from lipattn.stabilisers import StabilisedAttention
 def rms_ref(Y, gain, eps):
     """The published formula, token by token: g * y / sqrt(mean(y^2) + eps)."""
     return np.array([gain * y / math.sqrt(np.mean(y ** 2) + eps) for y in Y])
-
-
-def fd_jacobian(fun, X, h=1e-6):
-    """Central differences, row-major vec on both sides."""
-    cols = []
-    for k in range(X.size):
-        E = np.zeros(X.size)
-        E[k] = h
-        E = E.reshape(X.shape)
-        cols.append(((fun(X + E) - fun(X - E)) / (2 * h)).ravel())
-    return np.stack(cols, axis=1)
 
 
 class Linear:
@@ -81,7 +71,7 @@ def test_rmsnorm_jacobian_closed_form_and_its_norm():
         s = np.mean(y ** 2) + eps
         inner = np.eye(d) - np.outer(y, y) / (d * s)
         J = np.diag(gain) @ inner / math.sqrt(s)
-        fd = fd_jacobian(lambda v: rms_ref(v, gain, eps), y[None, :])
+        fd = central_differences(lambda v: rms_ref(v, gain, eps), y[None, :])
         np.testing.assert_allclose(fd, J, atol=1e-7)
         ev = np.sort(np.linalg.eigvalsh(inner))
         np.testing.assert_allclose(ev[0], eps / s, rtol=1e-10)
@@ -102,11 +92,11 @@ def test_local_bound_of_a_post_norm_sublayer(scale):
     eps = 1e-2
     attn, gain, sub = olmo_sublayer(eps=eps)
     X = scale * np.random.default_rng(2).standard_normal((4, 6))
-    J = fd_jacobian(fwd(sub), X, h=1e-6 * max(scale, 1e-2))
+    J = central_differences(fwd(sub), X, h=1e-6 * max(scale, 1e-2))
     exact = np.linalg.norm(J, 2)
     assert abs(layer_lipschitz(sub, X).value - exact) < 1e-5 * exact
     F = attn.forward(X)[0]
-    Jf = np.linalg.norm(fd_jacobian(fwd(attn), X, h=1e-6 * max(scale, 1e-2)), 2)
+    Jf = np.linalg.norm(central_differences(fwd(attn), X, h=1e-6 * max(scale, 1e-2)), 2)
     ms = np.min(np.mean(F ** 2, axis=1))
     assert exact <= (1 + np.abs(gain).max() * Jf / math.sqrt(ms + eps)) * (1 + 1e-6)
     assert np.all(np.linalg.norm(sub.forward(X)[0] - X, axis=1)
@@ -124,7 +114,7 @@ def test_global_bound_is_attained_up_to_one_for_a_linear_branch():
     assert abs(at0 - closed) < 1e-8 * closed
     assert G * L_f / math.sqrt(eps) - 1 <= at0 <= G * L_f / math.sqrt(eps) + 1
     # the derivative at 0 by differences of the plain formula
-    fd = fd_jacobian(lambda x: x + rms_ref(x @ W, np.full(d, G), eps),
+    fd = central_differences(lambda x: x + rms_ref(x @ W, np.full(d, G), eps),
                      np.zeros((1, d)), h=1e-9)
     np.testing.assert_allclose(fd, np.eye(d) + G * W.T / math.sqrt(eps), rtol=1e-5)
     for scale in 10.0 ** np.arange(-6, 4):
@@ -146,7 +136,7 @@ def test_sandwich_multiplies_the_two_norms_factors():
     assert G1 * G2 * L_f / eps - 1 <= at0 <= G1 * G2 * L_f / eps + 1
     ref = lambda x: x + rms_ref(rms_ref(x, np.full(d, G1), eps) @ W,  # noqa: E731
                                 np.full(d, G2), eps)
-    fd = fd_jacobian(ref, np.zeros((1, d)), h=1e-8)
+    fd = central_differences(ref, np.zeros((1, d)), h=1e-8)
     np.testing.assert_allclose(fd, np.eye(d) + G1 * G2 * W.T / eps, rtol=1e-5)
     for scale in 10.0 ** np.arange(-6, 3):
         X = scale * rng.standard_normal((2, d))
@@ -196,9 +186,9 @@ def test_gemma2_attention_sublayer_local_bound(scale):
     inner = Sequential([block.norm_1, block.attn])
     X = scale * np.random.default_rng(5).standard_normal((3, 8))
     h = 1e-7 * max(scale, 1e-3)
-    exact = np.linalg.norm(fd_jacobian(fwd(sub), X, h=h), 2)
+    exact = np.linalg.norm(central_differences(fwd(sub), X, h=h), 2)
     assert abs(layer_lipschitz(sub, X).value - exact) < 1e-4 * exact
-    Jf = np.linalg.norm(fd_jacobian(fwd(inner), X, h=h), 2)
+    Jf = np.linalg.norm(central_differences(fwd(inner), X, h=h), 2)
     F = inner.forward(X)[0]
     G2 = np.abs(1 + st["layers.0.post_attention_layernorm.weight"]).max()
     ms = np.min(np.mean(F ** 2, axis=1))
@@ -219,7 +209,7 @@ def test_olmo2_style_sublayer_on_the_two_sided_family(t, mask):
         X, origin = X[[1, 2, 0]], 2
     assert np.allclose(attn.forward(X)[0][origin], 0)     # the origin's output is 0
     low = 1 + stab.qk_norm_two_sided_lower(t, eps) / math.sqrt(eps)
-    fd = np.linalg.norm(fd_jacobian(fwd(sub), X, h=1e-9), 2)
+    fd = np.linalg.norm(central_differences(fwd(sub), X, h=1e-9), 2)
     exact = layer_lipschitz(sub, X).value
     assert abs(exact - fd) < 1e-4 * fd
     assert exact >= low * (1 - 1e-9)
@@ -233,7 +223,7 @@ def test_identity_branch_attains_the_local_bound_everywhere():
     for mu in (0.0, 1e-5, 1e-3, 1.0, 50.0):
         x = rng.standard_normal((1, d))
         x *= math.sqrt(d * mu) / np.linalg.norm(x)
-        fd = fd_jacobian(lambda v: v + rms_ref(v, np.ones(d), eps), x, h=1e-7)
+        fd = central_differences(lambda v: v + rms_ref(v, np.ones(d), eps), x, h=1e-7)
         want = 1 + 1 / math.sqrt(mu + eps)
         assert abs(np.linalg.norm(fd, 2) / want - 1) < 1e-6
         assert abs(layer_lipschitz(F, x).value / want - 1) < 1e-10
@@ -245,7 +235,7 @@ def test_minus_identity_branch_attains_the_lower_end_of_part_3():
     sub = Residual(Sequential([Linear(-np.eye(d)), RMSNorm(np.ones(d), eps)]))
     want = 1 / math.sqrt(eps) - 1
     ref = lambda x: x - rms_ref(x, np.ones(d), eps)  # noqa: E731
-    fd0 = np.linalg.norm(fd_jacobian(ref, np.zeros((1, d)), h=1e-9), 2)
+    fd0 = np.linalg.norm(central_differences(ref, np.zeros((1, d)), h=1e-9), 2)
     assert abs(fd0 / want - 1) < 1e-6
     assert abs(layer_lipschitz(sub, np.zeros((2, d))).value / want - 1) < 1e-10
     rng = np.random.default_rng(9)
