@@ -147,8 +147,9 @@ CLAIMS: tuple[Claim, ...] = (
         1, "The norm of the softmax Jacobian",
         (Part(r"The spectral norm of the softmax Jacobian $\diag(p) - pp^\top$ is bounded by 1.",
               "true but loose", r"a factor 2: the sharp bound is $\frac12$."),),
-        r"$\|J(z)\|_2 \le \frac12$ for every $z$; the supremum $\frac12$ is attained for two "
-        r"equal logits and approached for $n \ge 3$ when two logits tie at the top.",
+        r"$\|J(z)\|_2 \le \frac12$ for every $z$; the supremum $\frac12$ is attained for $n = 2$ "
+        r"equal logits and approached for $n \ge 3$ when two logits tie at the top and the "
+        r"others tend to $-\infty$.",
         r"$\|J\|_2 \le \frac12$, and $\frac12$ is sharp.",
         "01_softmax_jacobian", ("thm-tight",),
         {"en": r"$\|\diag(p) - pp^\top\|_2 \le 1$ is true but loose: the sharp bound is "
@@ -185,8 +186,8 @@ CLAIMS: tuple[Claim, ...] = (
         r"The logit gradient shrinks, and so does the query gradient of most queries; "
         r"a few near-tie queries get large ones, so the $W_Q$ gradient stays of order 1 "
         r"on average, heavy-tailed.",
-        r"Variance $d_k$; saturation like $1/\sigma$, not exponential; the $W_Q$ gradient "
-        r"vanishes for typical queries only.",
+        r"Variance $d_k$; on average saturation like $1/\sigma$, not exponential; the $W_Q$ "
+        r"gradient vanishes for typical queries only.",
         "02_scaling_saturation", ("thm-dot-moments", "thm-n-key"),
         {"en": r"Without $1/\sqrt{d_k}$, each query saturates exponentially in its logit gap, "
                r"but on average saturation is polynomial ($\mathbb E\|J\|_2 = \Theta(1/\sigma)$); "
@@ -352,8 +353,9 @@ _SCALE_ZH: dict[str, str] = {
 _ZH: dict[int, dict] = {
     1: {"says": (r"softmax 雅可比矩阵 $\diag(p) - pp^\top$ 的谱范数以 1 为上界。",),
         "size": (r"相差 2 倍：最优界是 $\frac12$。",),
-        "correct": r"对每个 $z$ 都有 $\|J(z)\|_2 \le \frac12$；上确界 $\frac12$ 在两个 logit "
-                   r"相等时取到，$n \ge 3$ 时在最大的两个 logit 相等时被逼近。",
+        "correct": r"对每个 $z$ 都有 $\|J(z)\|_2 \le \frac12$；上确界 $\frac12$ 在 $n = 2$ 且"
+                   r"两个 logit 相等时取到；$n \ge 3$ 时取不到，但当最大的两个 logit 并列、其余"
+                   r"趋于 $-\infty$ 时可以任意逼近。",
         "short": r"$\|J\|_2 \le \frac12$，且 $\frac12$ 是最优的。"},
     2: {"says": (r"softmax 在 $\ell_\infty$ 下的 Lipschitz 常数恰好为 1，",
                  r"在 $\ell_2$ 下至多为 $\sqrt N$。"),
@@ -372,7 +374,7 @@ _ZH: dict[int, dict] = {
                    r"$d_k^{-1/2}$，这个平均值靠近似并列的 query 维持。logits 的梯度变小，"
                    r"大多数 query 收到的梯度也变小；少数近似并列的 query 得到很大的梯度，"
                    r"所以 $W_Q$ 的梯度平均仍保持在 1 的量级，并呈重尾分布。",
-        "short": r"方差为 $d_k$；饱和速度为 $1/\sigma$，而非指数级；$W_Q$ 的梯度只对"
+        "short": r"方差为 $d_k$；平均而言饱和速度为 $1/\sigma$，而非指数级；$W_Q$ 的梯度只对"
                  r"典型的 query 消失。"},
     4: {"says": (r"没有残差连接时，纯自注意力层的堆叠会使所有 token 向量指数收敛到同一个向量"
                  r"（秩崩溃）。",),
