@@ -44,7 +44,7 @@ SCALE: dict[str, str] = {
 #: Verdict words in the review sheets' languages.
 _VERDICT_WORDS = {
     "en": {v: v for v in VERDICTS},
-    "zh": {"true": "正确", "true but loose": "正确但宽松", "imprecise": "不精确",
+    "zh": {"true": "正确", "true but loose": "正确但不紧", "imprecise": "不精确",
            "false": "错误", "ill-posed": "提法不当"},
 }
 
@@ -147,14 +147,15 @@ CLAIMS: tuple[Claim, ...] = (
         1, "The norm of the softmax Jacobian",
         (Part(r"The spectral norm of the softmax Jacobian $\diag(p) - pp^\top$ is bounded by 1.",
               "true but loose", r"a factor 2: the sharp bound is $\frac12$."),),
-        r"$\|J(z)\|_2 \le \frac12$ for every $z$; the supremum $\frac12$ is attained for two "
-        r"equal logits and approached for $n \ge 3$ when two logits tie at the top.",
+        r"$\|J(z)\|_2 \le \frac12$ for every $z$; the supremum $\frac12$ is attained for $n = 2$ "
+        r"equal logits and approached for $n \ge 3$ when two logits tie at the top and the "
+        r"others tend to $-\infty$.",
         r"$\|J\|_2 \le \frac12$, and $\frac12$ is sharp.",
         "01_softmax_jacobian", ("thm-tight",),
         {"en": r"$\|\diag(p) - pp^\top\|_2 \le 1$ is true but loose: the sharp bound is "
                r"$\frac12$ (a variance of values in $[\min v, \max v]$, Popoviciu).",
-         "zh": r"$\|\diag(p) - pp^\top\|_2 \le 1$ 成立但偏松：最优界是 $\frac12$"
-               r"（方差的 Popoviciu 不等式）。"},
+         "zh": r"$\|\diag(p) - pp^\top\|_2 \le 1$ 成立但不紧：最优界是 $\frac12$"
+               r"（这个二次型是取值于 $[\min v, \max v]$ 的量的方差，由 Popoviciu 不等式即得）。"},
     ),
     Claim(
         2, "The Lipschitz constant of the softmax",
@@ -185,8 +186,8 @@ CLAIMS: tuple[Claim, ...] = (
         r"The logit gradient shrinks, and so does the query gradient of most queries; "
         r"a few near-tie queries get large ones, so the $W_Q$ gradient stays of order 1 "
         r"on average, heavy-tailed.",
-        r"Variance $d_k$; saturation like $1/\sigma$, not exponential; the $W_Q$ gradient "
-        r"vanishes for typical queries only.",
+        r"Variance $d_k$; on average saturation like $1/\sigma$, not exponential; the $W_Q$ "
+        r"gradient vanishes for typical queries only.",
         "02_scaling_saturation", ("thm-dot-moments", "thm-n-key"),
         {"en": r"Without $1/\sqrt{d_k}$, each query saturates exponentially in its logit gap, "
                r"but on average saturation is polynomial ($\mathbb E\|J\|_2 = \Theta(1/\sigma)$); "
@@ -250,7 +251,7 @@ CLAIMS: tuple[Claim, ...] = (
                r"Adam's noisy early variance (RAdam).",
          "zh": r"Xiong 等人给出初始化时最后一层梯度的上界：Post-LN 为 $d\sqrt{\ln d}$ 量级，"
                r"与深度无关；Pre-LN 为 $d\sqrt{\ln d/L}$；其他各层的梯度是否平坦要看具体设置"
-               r"（NormFormer 报告 Pre-LN 预训练时浅层的梯度大得多）；"
+               r"（NormFormer 报告 Pre-LN 预训练时浅层的梯度比深层大得多）；"
                r"预热通常被解释为抵消 Post-LN 随深度放大参数更新的效应（Liu 等人），"
                r"或归因于 Adam 早期的方差估计不可靠（RAdam）。"},
     ),
@@ -297,7 +298,7 @@ CLAIMS: tuple[Claim, ...] = (
                r"sufficient” names no theorem, model or norm; read in the natural way it is "
                r"neither necessary (deep Transformers train without spectral normalisation) "
                r"nor sufficient (with it the logits are still quadratic in $X$).",
-         "zh": r"任何关于 $\|X\|$ 线性的公式都不是注意力 Lipschitz 常数的上界：半径为 $R$ 的"
+         "zh": r"任何关于 $\|X\|$ 线性的公式都界不住注意力的 Lipschitz 常数：半径为 $R$ 的"
                r"球上的最坏情形按 $R^2$ 增长。“充分必要”照字面没有指明定理、模型或范数；"
                r"按最自然的理解，它既不必要（不用谱归一化，深层 Transformer 也能训练），"
                r"也不充分（用了谱归一化，logits 仍是 $X$ 的二次函数）。"},
@@ -338,13 +339,13 @@ CLAIMS: tuple[Claim, ...] = (
 
 #: The scale :data:`SCALE` in Chinese, for the Chinese edition.
 _SCALE_ZH: dict[str, str] = {
-    "true": "表述正确。",
+    "true": "按原话即正确。",
     "true but loose": "界是对的，但有更紧的界可以取代它。",
-    "imprecise": "大体方向对，或在某些设置下对，但作为一般性结论，其速率、条件或所讨论的对象"
+    "imprecise": "大体上对，或在某些设置下对，但作为一般结论，在速率、条件或所讨论的对象上"
                  "有误。",
-    "false": "按原话，被本页上的一个反例推翻，而对这一说法的任何理解都排除不了这个反例，"
-             "无论偏差多小。",
-    "ill-posed": "按原话，不是一个能被证明或否定的命题。",
+    "false": "按原话会被本页的一个反例推翻，且无论怎样理解这一说法都排除不了这个反例；"
+             "偏差再小也算。",
+    "ill-posed": "按原话，这不是一个能够证明或否证的命题。",
 }
 
 #: The card's claims in Chinese, part by part (``says``), and each claim's
@@ -352,13 +353,14 @@ _SCALE_ZH: dict[str, str] = {
 _ZH: dict[int, dict] = {
     1: {"says": (r"softmax 雅可比矩阵 $\diag(p) - pp^\top$ 的谱范数以 1 为上界。",),
         "size": (r"相差 2 倍：最优界是 $\frac12$。",),
-        "correct": r"对每个 $z$ 都有 $\|J(z)\|_2 \le \frac12$；上确界 $\frac12$ 在两个 logit "
-                   r"相等时取到，$n \ge 3$ 时在最大的两个 logit 相等时被逼近。",
+        "correct": r"对每个 $z$ 都有 $\|J(z)\|_2 \le \frac12$；上确界 $\frac12$ 在 $n = 2$ 且"
+                   r"两个 logit 相等时取到；$n \ge 3$ 时取不到，但当最大的两个 logit 并列、其余"
+                   r"趋于 $-\infty$ 时可以任意逼近。",
         "short": r"$\|J\|_2 \le \frac12$，且 $\frac12$ 是最优的。"},
     2: {"says": (r"softmax 在 $\ell_\infty$ 下的 Lipschitz 常数恰好为 1，",
                  r"在 $\ell_2$ 下至多为 $\sqrt N$。"),
         "size": (r"相差 2 倍：对每个 $N$，常数都是 $\frac12$。",
-                 r"相差 $2\sqrt N$ 倍：$\frac12$ 对 $\sqrt N$。"),
+                 r"相差 $2\sqrt N$ 倍：实际为 $\frac12$，卡片给的是 $\sqrt N$。"),
         "correct": r"对每个 $N$，$\ell_2$ 和 $\ell_\infty$ 下的最优常数都是 $\frac12$；"
                    r"带温度 $\tau$ 时为 $\frac{1}{2\tau}$。",
         "short": r"对每个 $N$，$\ell_2$ 和 $\ell_\infty$ 下都是 $\frac12$。"},
@@ -369,69 +371,71 @@ _ZH: dict[int, dict] = {
                  r"只对典型的 query 消失，平均而言并不消失。"),
         "correct": r"$\Var(q \cdot k) = d_k$ 恰好成立。每个典型的 query 按其 logit 间隔指数级"
                    r"饱和，但平均而言只是多项式级的：$\mathbb E\|J\|_2 = \Theta(1/\sigma)$，约为 "
-                   r"$d_k^{-1/2}$，由近似并列撑起来。logit 的梯度变小，大多数 query 的梯度也变小；"
-                   r"少数近似并列的 query 得到很大的梯度，所以 $W_Q$ 的梯度平均仍是 1 的量级，"
-                   r"呈重尾分布。",
-        "short": r"方差为 $d_k$；饱和按 $1/\sigma$ 而非指数速度；$W_Q$ 的梯度只对典型的 query "
-                 r"消失。"},
+                   r"$d_k^{-1/2}$，这个平均值靠近似并列的 query 维持。logits 的梯度变小，"
+                   r"大多数 query 收到的梯度也变小；少数近似并列的 query 得到很大的梯度，"
+                   r"所以 $W_Q$ 的梯度平均仍保持在 1 的量级，并呈重尾分布。",
+        "short": r"方差为 $d_k$；平均而言饱和速度为 $1/\sigma$，而非指数级；$W_Q$ 的梯度只对"
+                 r"典型的 query 消失。"},
     4: {"says": (r"没有残差连接时，纯自注意力层的堆叠会使所有 token 向量指数收敛到同一个向量"
                  r"（秩崩溃）。",),
         "size": (r"错在速率（实际更快：接近崩溃后是双指数收敛）和条件（权重较大时，token 可以"
                  r"先在若干层内保持分开）。",),
-        "correct": r"接近崩溃时，每一层把偏离量变成它的三次方量级，"
+        "correct": r"接近崩溃时，每过一层，偏离量大致变成原来的三次方，"
                    r"$\|\mathrm{res}\, f(X)\|_F \le c\,\|\mathrm{res}\, X\|_F^3$：一旦 "
-                   r"$c\|\mathrm{res}\|_F^2 < 1$，收敛就是双指数的。权重较大时，token 可以先在"
+                   r"$c\|\mathrm{res}\|_F^2 < 1$，收敛就是双指数级的。权重较大时，token 可以先在"
                    r"若干层内保持分开；普通残差连接只能把相对偏离量的衰减放慢为几何衰减。",
-        "short": r"接近崩溃时双指数收敛（偏离量每层变为三次方量级），而且有条件。"},
-    5: {"says": (r"Pre-LN 在初始化时提供恒定的梯度范数，", r"因此不用预热也能稳定训练。"),
+        "short": r"接近崩溃时双指数收敛（偏离量每层大致变为原来的三次方），且只在一定条件下"
+                 r"成立。"},
+    5: {"says": (r"Pre-LN 在初始化时能保证梯度范数恒定，", r"因此不用预热也能稳定训练。"),
         "size": (r"取决于设置：Xiong 等人的定理只涉及最后一层；NormFormer 报告 Pre-LN 预训练中"
                  r"浅层的梯度比深层大得多；在本书的小型编码器中，梯度则朝输出端递减。",
-                 r"错在原因：原因不在梯度的逐层分布（Adam 第一步在每一层的相对大小都相同）；"
-                 r"预热通常被解释为应对 Post-LN 随深度放大参数变化的效应，或 Adam 早期步长的"
-                 r"噪声，而本书对失败的 Post-LN 训练所做的补救区分不了这两种解释。"),
-        "correct": r"Xiong 等人给出的是*最后一层*梯度的上界：Post-LN 为 $d\sqrt{\ln d}$ 量级，"
+                 r"错在原因：关键不在梯度的逐层分布（Adam 第一步更新的相对大小在每一层都相同）；"
+                 r"预热通常被解释为应对 Post-LN 随深度放大参数变化的效应，或 Adam 早期更新的"
+                 r"噪声，而本书挽救失败的 Post-LN 训练的实验区分不了这两种解释。"),
+        "correct": r"Xiong 等人给出的是**最后一层**梯度的上界：Post-LN 为 $d\sqrt{\ln d}$ 量级，"
                    r"Pre-LN 为 $d\sqrt{\ln d/L}$。其他各层的梯度是否与之相当要看具体设置；"
                    r"在本书的小型编码器中，Pre-LN 的梯度朝输出端递减。Adam 的第一步在各处的"
                    r"相对大小相同；Post-LN 随深度放大参数变化（Liu 等人），这是它需要预热的"
-                   r"通常解释；至于小规模训练的失败正是由这种放大造成的，只是推断，并未测量。",
-        "short": r"Pre-LN 的梯度是否平坦取决于设置（在本书的编码器中朝输出端递减）；最后一层"
-                 r"梯度的上界按 $L^{-1/2}$ 变化；预热通常用放大效应解释。"},
+                   r"通常解释；至于本书小规模训练的失败正是这种放大造成的，这一点只是推断，"
+                   r"并未测量。",
+        "short": r"Pre-LN 的梯度是否平坦取决于设置（在本书的编码器中朝输出端递减）；其最后一层"
+                 r"梯度的上界按 $L^{-1/2}$ 缩小；预热通常用放大效应解释。"},
     6: {"says": (r"用幂迭代做谱归一化，可以约束 $\sigma_{\max}(W) \le 1$。",),
         "size": (r"很小：$\|W/\hat\sigma\|_2$ 超出 1 的部分随幂迭代步数几何递减，但从不为负，"
                  r"只有估计精确时才为零。",),
         "correct": r"幂迭代的估计从不超过 $\sigma_1$，所以 "
                    r"$\|W/\hat\sigma\|_2 = \sigma_1/\hat\sigma \ge 1$：约束是从上方逼近的。误差按 "
-                   r"$(\sigma_2/\sigma_1)^{4k}$ 下降。除以 $\sigma_1$ 的一个有保证的上界（例如 "
-                   r"$\|W\|_F$、$\sqrt{\|W\|_1\|W\|_\infty}$ 或 SVD 给出的上界），才确实得到 "
+                   r"$(\sigma_2/\sigma_1)^{4k}$ 下降。若除以 $\sigma_1$ 的一个有保证的上界（如 "
+                   r"$\|W\|_F$、$\sqrt{\|W\|_1\|W\|_\infty}$ 或 SVD 给出的上界），就确实能得到 "
                    r"$\le 1$。",
         "short": r"$\|W/\hat\sigma\|_2 \ge 1$：约束是从上方逼近的。"},
     7: {"says": (r"自注意力满足 $L_{\text{attn}} \le C\|W_V\|_2\bigl(1 + {}$"
                  r" $\frac{2}{\sqrt d}\|W_Q\|_2\|W_K\|_2\|X\|_2\bigr)$。",
                  r"谱归一化加上 $1/\sqrt d$ 缩放，是深层 Transformer 避免梯度爆炸和秩崩溃的"
-                 r"充分必要保证。"),
-        "size": (r"无界：在两侧对称输入上，对任何 $C$，精确常数都超过它，超出的倍数按 "
+                 r"**充分必要**保证。"),
+        "size": (r"无界：在对称输入上，对任何 $C$，精确常数都超过它，超出的倍数按 "
                  r"$\|X\|_2$ 增长。",
-                 r"按原话，它没有指明定理、模型或范数；按最自然的理解，两半都不成立（不用它，"
-                 r"深层 Transformer 也能训练；用了它，logits 仍是 $X$ 的二次函数）。"),
+                 r"按原话，它没有指明定理、模型或范数；按最自然的理解，必要性和充分性都不成立"
+                 r"（不用它，深层 Transformer 照样能训练；用了它，logits 仍是 $X$ 的二次函数）。"),
         "correct": r"点积注意力没有全局 Lipschitz 常数；它的局部常数在半径为 $R$ 的球上的最坏"
                    r"情形按 $R^2$ 增长，所以对任何 $C$，关于 $\|X\|_2$ 线性的公式都不成立。在范数 "
                    r"$\le R$ 的 token 上："
                    r"$L \le \|W_V\|_2(\min(\sqrt N, e^{aR^2}) + aR^2(1 + \min(\sqrt{N/2}, "
-                   r"e^{aR^2})))$，$a = \|W_QW_K^\top\|_2/\sqrt{d_k}$。对“充分必要”，卡片没有引用"
-                   r"任何定理；按最自然的理解，它既不必要也不充分。",
+                   r"e^{aR^2})))$，其中 $a = \|W_QW_K^\top\|_2/\sqrt{d_k}$。至于“充分必要”，"
+                   r"卡片没有引用任何定理；按最自然的理解，它既不必要也不充分。",
         "short": r"没有全局常数；半径为 $R$ 的球上的最坏情形按 $R^2$ 增长。"},
-    8: {"says": (r"没有 Lipschitz 控制时，微小的输入误差会在数百层中指数发散。",
+    8: {"says": (r"没有 Lipschitz 控制时，微小的输入误差经过数百层后会指数级发散。",
                  r"Lipschitz 上界是残差缩放和层归一化的理论基础。"),
         "size": (r"按原话无法测量（没有指明模型、范数或深度）；本书的编码器在初始化时直到 48 层"
-                 r"都没有指数增长，真实结构的精确常数也比乘积上界增长得慢得多。",
+                 r"都没有出现指数增长，真实模型结构的精确常数也比乘积上界增长得慢得多。",
                  r"错在对象：两者的依据是信号传播和对参数变化的敏感度，而不是关于输入的 "
                  r"Lipschitz 上界。"),
         "correct": r"逐层常数之积是增长的上界，可能松到指数级；初始化时，本书的 Pre-LN 和 "
                    r"Post-LN 编码器直到 48 层都没有指数级放大，GPT-2 和 Llama 结构的堆叠也比"
                    r"乘积上界低几个数量级。残差缩放让每个因子 $I + \alpha\,\partial f$ 保持在 1 "
                    r"附近，层归一化的雅可比矩阵范数为 $1/\sqrt{\operatorname{var} + \varepsilon}$，"
-                   r"全局为 $1/\sqrt\varepsilon$；两者的依据都是信号传播、秩崩溃和对*参数*变化的"
-                   r"敏感度，而不是关于输入的 Lipschitz 上界。",
+                   r"全局常数为 $1/\sqrt\varepsilon$；两者的依据都是信号传播、秩崩溃和对**参数**"
+                   r"变化的敏感度，而不是关于输入的 Lipschitz 上界。",
         "short": r"乘积上界很松；实测常数增长慢得多；层归一化是 $1/\sqrt\varepsilon$-Lipschitz "
                  r"的。"},
 }
@@ -475,7 +479,11 @@ def _settled_by(c: Claim, short: bool = False, lang: str = "en") -> str:
     text = (f"第 {n} 章 <{c.chapter}>" if zh else f"Ch. {n} <{c.chapter}>") if short \
         else c.chapter
     link = f"{{doc}}`{text}`"
-    return f"{link}{'：' if zh else ': '}{refs}" if refs else link
+    if not refs:
+        return link
+    if zh and not short:  # "依据：《…》（定理 …）", not two colons in one line
+        return f"{link}（{refs}）"
+    return f"{link}{'：' if zh else ': '}{refs}"
 
 
 def _numbered(texts: tuple[str, ...], lang: str) -> str:
@@ -520,7 +528,7 @@ def verdict_table(claims: tuple[Claim, ...] = CLAIMS, lang: str = "en") -> str:
     """
     _check_claims(claims)
     lang = _lang(lang)
-    head = (("卡片原话", "判定", "事实，以及证明所在") if lang == "zh" else
+    head = (("卡片原话", "判定", "正确说法及证明出处") if lang == "zh" else
             ("The card says", "Verdict", "The truth, and where it is proved"))
     rows = ["```{list-table}", ":header-rows: 1", ":widths: 50 16 34", "",
             f"* - {head[0]}", f"  - {head[1]}", f"  - {head[2]}"]
