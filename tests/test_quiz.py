@@ -301,3 +301,17 @@ def test_glue_yaml_glues_the_quiz_in_every_language(tmp_path, monkeypatch):
     assert len(glued) == 2
     with pytest.raises(ValueError, match="key must be a glue key"):
         Quiz.glue_yaml("my quiz", path)
+
+
+@pytest.mark.parametrize("path", QUIZZES, ids=[p.stem for p in QUIZZES])
+def test_every_chapter_pastes_its_quiz_in_the_pages_language(path):
+    """The self-check cell glues the quiz in both languages (its own output
+    is not on the page) and the page pastes it: the English build shows
+    ``quiz``, the Chinese ``quiz_zh`` (lipattn.book.sphinxext)."""
+    page = path.parents[1].joinpath(f"{path.stem}.md").read_text(encoding="utf-8")
+    section = page.split("## Self-check\n", 1)[1]
+    cell = section.split("```{code-cell} ipython3\n", 1)[1].split("```", 1)[0]
+    assert f'Quiz.glue_yaml("quiz", "quizzes/{path.stem}.yml")' in cell
+    assert "remove-output" in cell or "remove-cell" in cell
+    assert "```{glue} quiz\n```" in section
+    assert page.count('"quiz"') == 1 and "Quiz.from_yaml" not in page
