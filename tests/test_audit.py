@@ -123,8 +123,12 @@ def test_interview_answer_renders_the_bilingual_source():
         assert audit.interview_answer(CHAPTERS / f"{stem}.md") == interview.answer(stem)
         page = (CHAPTERS / f"{stem}.md").read_text(encoding="utf-8")
         section = page.split("## Interview answer\n", 1)[1].split("\n## ", 1)[0]
-        assert f'Markdown(interview_answer("{stem}"))' in section
-        assert "tags: [remove-input]" in section and "markdown_format: myst" in section
+        # glued in both languages (the Chinese edition pastes interview_zh)
+        assert f'stem = "{stem}"' in section and "interview_answer(stem, lang)" in section
+        assert 'glue("interview", answer["en"]' in section
+        assert 'glue("interview_zh", answer["zh"]' in section
+        assert "tags: [remove-cell]" in section
+        assert "```{glue:md} interview\n:format: myst\n```" in section
         assert section.count("```{code-cell}") == 1 and ">" not in section.replace("->", "")
     with pytest.raises(ValueError, match="chapter must be one of"):
         audit.interview_answer("audit")

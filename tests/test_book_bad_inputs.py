@@ -254,6 +254,11 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "interview.en_hash": dict(text="abc"),
         "interview.load": dict(chapter="01_softmax_jacobian"),
         "interview.stale_fields": dict(chapter="01_softmax_jacobian"),
+        "interview.stale_texts": dict(data={"q": {"en": "a", "zh": "甲", "zh_from": "x"}},
+                                      name="q.yml"),
+        "quiz.stale_fields": dict(path=ROOT / "chapters" / "quizzes" / "01_softmax_jacobian.yml"),
+        "quiz.Quiz.glue_yaml": dict(key="quiz",
+                                    path=ROOT / "chapters" / "quizzes" / "01_softmax_jacobian.yml"),
         "interview.answer": dict(chapter="01_softmax_jacobian"),
         "interview.question": dict(chapter="01_softmax_jacobian"),
         "plotting.figure": dict(),
@@ -346,7 +351,9 @@ KINDS = {
     "audit.verdict_table.lang": "choice", "audit.claim_box.lang": "choice",
     "quiz.Quiz.lang": "choice",
     "quiz.Quiz.from_yaml.lang": "choice", "quiz.Quiz.from_yaml.path": "obj",
-    "quiz.Quiz.from_yaml.select": "counts",
+    "quiz.Quiz.from_yaml.select": "counts", "quiz.Quiz.glue_yaml.path": "obj",
+    "quiz.Quiz.glue_yaml.select": "counts", "quiz.stale_fields.path": "obj",
+    "interview.stale_texts.data": "obj",
     "interview.load.chapter": "choice", "interview.stale_fields.chapter": "choice",
     "interview.answer.chapter": "choice", "interview.answer.lang": "choice",
     "interview.question.chapter": "choice", "interview.question.lang": "choice",
@@ -447,7 +454,7 @@ SKIP = {
 
 
 #: Public methods that take arguments (class methods and the like), swept as functions.
-METHODS = ("quiz.Quiz.from_yaml", "quiz.Quiz.combine")
+METHODS = ("quiz.Quiz.from_yaml", "quiz.Quiz.combine", "quiz.Quiz.glue_yaml")
 
 
 def _public() -> list[tuple[str, Any]]:

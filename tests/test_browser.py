@@ -634,6 +634,31 @@ def test_chinese_edition_page(driver, server, built_html, page):
     assert back.get_attribute("href") == f"{server}/zh/{page}"
 
 
+@pytest.mark.parametrize("page", ["chapters/01_softmax_jacobian.html",
+                                  "chapters/08_trained_language_model.html"])
+def test_chinese_chapter_has_its_quiz_and_interview_answer_in_chinese(driver, server, page):
+    """The chapter's computed interview answer and quiz are glued in both
+    languages: the zh page pastes the Chinese ones, the English page the
+    English ones, each once."""
+    for prefix, lang, label, other in (("zh/", "zh", "一分钟回答", "In under a minute."),
+                                       ("", "en", "In under a minute.", "一分钟回答")):
+        _load(driver, f"{server}/{prefix}{page}")
+        quizzes = driver.find_elements("css selector", ".lipattn-quiz")
+        assert len(quizzes) == 1, f"{prefix}{page}: {len(quizzes)} quizzes"
+        assert quizzes[0].get_attribute("lang") == lang
+        intro = quizzes[0].find_element("css selector", ".lq-intro").get_attribute("textContent")
+        assert ("选择一个答案" in intro) == (lang == "zh"), intro
+        prompt = quizzes[0].find_element("css selector", ".lq-prompt").text
+        assert prompt.startswith("第 1 题：" if lang == "zh" else "Q1. "), prompt
+        text = driver.execute_script("return document.querySelector('main').innerText")
+        assert label in text and other not in text, f"{prefix}{page}: interview answer"
+        feedback = quizzes[0].find_elements("css selector", ".lq-fb")
+        opt = quizzes[0].find_element("css selector", ".lq-opt")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", opt)
+        opt.find_element("css selector", "label").click()
+        assert sum(f.is_displayed() for f in feedback) == 1
+
+
 @pytest.mark.parametrize("term", ["谱范数", "雅可比矩阵", "预热"])
 def test_chinese_edition_search_finds_chinese_words(driver, server, term):
     """The Chinese edition's search index splits Chinese text with jieba."""

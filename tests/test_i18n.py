@@ -6,7 +6,8 @@
   source (every message of a fresh ``.pot`` is in it). The checker is shown
   to fail on a small fixture catalogue.
 * The mechanism, on a small fixture book: the zh build reuses the English
-  build's execution cache, glue roles in translated text render, every page
+  build's execution cache, glue roles in translated text render, a glued
+  Markdown or HTML paste (a quiz) is the page's Chinese one, every page
   links to its twin, untranslated pages say so, figures take their alt text
   from figures.po, a second build of both languages changes nothing.
 * The built site (marker ``book``): both editions have the same pages, the
@@ -299,6 +300,15 @@ print("executed", flush=True)
 ```
 
 ```{code-cell} ipython3
+:tags: [remove-output]
+from lipattn.book.quiz import Quiz
+Quiz.glue_yaml("quiz", "quiz.yml")
+```
+
+```{glue} quiz
+```
+
+```{code-cell} ipython3
 ---
 tags: [remove-input]
 mystnb:
@@ -345,6 +355,16 @@ _TRANSLATION = {
 }
 
 
+_QUIZ = """\
+title: {en: Self-check, zh: 自测}
+questions:
+  - prompt: {en: 'An English question?', zh: 一个中文问题？}
+    options:
+      - {text: '\\(1\\)', correct: true, why: {en: English why., zh: 中文解释。}}
+      - {text: '\\(2\\)', correct: false, why: {en: English why not., zh: 中文反例。}}
+"""
+
+
 def _book(src: Path) -> None:
     (src / "locale" / "zh_CN" / "LC_MESSAGES").mkdir(parents=True)
     (src / "_config.yml").write_text(textwrap.dedent("""\
@@ -374,6 +394,7 @@ def _book(src: Path) -> None:
     (src / "index.md").write_text("# Index\n\nThe index.\n")
     (src / "other.md").write_text("# Other\n\nNot translated yet.\n")
     (src / "page.md").write_text(_NOTEBOOK)
+    (src / "quiz.yml").write_text(_QUIZ, encoding="utf-8")
     (src / "locale" / "zh_CN" / "TRANSLATED").write_text("# translated\npage\n")
     _po(src / "locale" / "zh_CN" / "LC_MESSAGES" / "page.po", _TRANSLATION)
 
@@ -442,8 +463,17 @@ def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
     # page keeps its own
     assert "一条线。" in text and "单元元数据里的图注。" in text
     assert "一个中文框" in text and "An English box" not in text
-    en_text = re.sub(r"<[^>]+>", "", (out / "page.html").read_text(encoding="utf-8"))
+    en_page = (out / "page.html").read_text(encoding="utf-8")
+    en_text = re.sub(r"<[^>]+>", "", en_page)
     assert "An English box" in en_text and "一个中文框" not in en_text
+    # so does a {glue} paste of any mime type (a quiz's HTML, glued in both
+    # languages by Quiz.glue_yaml); the cell's own output is not on the page
+    assert page.count('class="lipattn-quiz') == 1 and 'lang="zh"' in page
+    assert "第 1 题：一个中文问题？" in text and "中文反例。" in text and "自测" in text
+    assert "An English question" not in text and "English why" not in text
+    assert en_page.count('class="lipattn-quiz') == 1 and 'lang="en"' in en_page
+    assert "Q1. An English question?" in en_text and "English why not." in en_text
+    assert "一个中文问题" not in en_text and "Self-check" in en_text
     assert "A caption in the" in en_text and "metadata." in en_text
     # the alt text (set in code) comes from figures.po
     assert 'alt="A straight line."' in (out / "page.html").read_text(encoding="utf-8")

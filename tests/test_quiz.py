@@ -207,3 +207,111 @@ def test_quiz_text_says_nothing_a_review_page_contradicts():
             assert not bad.search(text), (stem, i, lang)
             if lang == "zh":
                 assert not re.search(r"残差(?!连接|流)", text), (stem, i)
+
+
+# --- both languages, kept in step (as the interview answers) ---------------------
+
+_MATH = re.compile(r"\\\(.*?\\\)", re.S)
+
+
+def _h(text: str) -> str:
+    """The zh_from of an English text, computed here (interview.en_hash's rule)."""
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:12]
+
+
+@pytest.mark.parametrize("path", QUIZZES, ids=[p.stem for p in QUIZZES])
+def test_every_quiz_text_is_in_both_languages_and_up_to_date(path):
+    """Every text with English words has a Chinese translated from its current
+    English (zh_from); the test prints the hash to set after an English edit."""
+    from lipattn.book import quiz
+
+    stale = quiz.stale_fields(path)
+    assert not stale, "\n".join(stale)
+
+
+@pytest.mark.parametrize("path", QUIZZES, ids=[p.stem for p in QUIZZES])
+def test_the_chinese_keeps_the_math_of_the_english(path):
+    """Each translated text has the same \\(...\\) formulas as its English."""
+    import yaml
+
+    def texts(node, where=""):
+        if isinstance(node, dict) and "en" in node:
+            yield where, node
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                yield from texts(v, f"{where}.{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                yield from texts(v, f"{where}[{i}]")
+
+    for where, field in texts(yaml.safe_load(path.read_text(encoding="utf-8"))):
+        assert Counter(_MATH.findall(field["en"])) == Counter(_MATH.findall(field["zh"])), \
+            (path.stem, where)
+
+
+def test_the_quiz_staleness_check_can_fail(tmp_path):
+    from lipattn.book import quiz
+
+    en = "Which vector spans the null space?"
+    good = (f"questions:\n  - prompt: {{en: '{en}', zh: '哪个向量张成零空间？', "
+            f"zh_from: '{_h(en)}'}}\n    options:\n"
+            "      - {text: '\\(\\mathbf 1\\)', correct: true, why: '\\(J\\mathbf 1 = 0\\)'}\n"
+            "      - {text: '\\(p\\)', correct: false, why: {en: 'No.', zh: '不是。', "
+            f"zh_from: '{_h('No.')}'}}}}\n")
+    path = tmp_path / "q.yml"
+    path.write_text(good, encoding="utf-8")
+    assert quiz.stale_fields(path) == []  # math-only plain strings are shared
+    assert Quiz.from_yaml(path, lang="zh").questions[0].prompt == "哪个向量张成零空间？"
+
+    # the English changes, the Chinese does not: named, with the new hash
+    path.write_text(good.replace(en, "Which vector spans the kernel?"), encoding="utf-8")
+    (msg,) = quiz.stale_fields(path)
+    assert "questions[0].prompt: the English changed" in msg
+    assert _h("Which vector spans the kernel?") in msg
+    # an English word in a plain string (outside the math) needs a Chinese
+    path.write_text(good.replace("why: '\\(J\\mathbf 1 = 0\\)'",
+                                 "why: 'Shift invariance: \\(J\\mathbf 1 = 0\\)'"),
+                    encoding="utf-8")
+    (msg,) = quiz.stale_fields(path)
+    assert "questions[0].options[0].why is English only" in msg
+    # a missing zh, and a missing zh_from
+    path.write_text(good.replace(", zh: '不是。'", ""), encoding="utf-8")
+    assert "options[1].why needs both 'en' and 'zh'" in quiz.stale_fields(path)[0]
+    path.write_text(good.replace(f", zh_from: '{_h('No.')}'", ""), encoding="utf-8")
+    assert "options[1].why has no zh_from" in quiz.stale_fields(path)[0]
+
+
+def test_glue_yaml_glues_the_quiz_in_every_language(tmp_path, monkeypatch):
+    """The English under the key, the Chinese under key_zh, nothing displayed;
+    the English quiz is returned (for Jupyter)."""
+    import myst_nb
+
+    glued = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, obj, display=True:
+                        glued.append((name, obj, display)))
+    path = tmp_path / "q.yml"
+    path.write_text(BILINGUAL, encoding="utf-8")
+    shown = Quiz.glue_yaml("quiz", path, select=[0])
+    assert [(n, q.lang, d) for n, q, d in glued] == [("quiz", "en", False),
+                                                     ("quiz_zh", "zh", False)]
+    assert shown is glued[0][1] and shown.questions[0].prompt == "One?"
+    assert glued[1][1].questions[0].prompt == "一？"
+    with pytest.raises(ValueError, match="question 2, option 1 has no text in language 'zh'"):
+        Quiz.glue_yaml("quiz2", path)  # every language is read before anything is glued
+    assert len(glued) == 2
+    with pytest.raises(ValueError, match="key must be a glue key"):
+        Quiz.glue_yaml("my quiz", path)
+
+
+@pytest.mark.parametrize("path", QUIZZES, ids=[p.stem for p in QUIZZES])
+def test_every_chapter_pastes_its_quiz_in_the_pages_language(path):
+    """The self-check cell glues the quiz in both languages (its own output
+    is not on the page) and the page pastes it: the English build shows
+    ``quiz``, the Chinese ``quiz_zh`` (lipattn.book.sphinxext)."""
+    page = path.parents[1].joinpath(f"{path.stem}.md").read_text(encoding="utf-8")
+    section = page.split("## Self-check\n", 1)[1]
+    cell = section.split("```{code-cell} ipython3\n", 1)[1].split("```", 1)[0]
+    assert f'Quiz.glue_yaml("quiz", "quizzes/{path.stem}.yml")' in cell
+    assert "remove-output" in cell or "remove-cell" in cell
+    assert "```{glue} quiz\n```" in section
+    assert page.count('"quiz"') == 1 and "Quiz.from_yaml" not in page

@@ -25,7 +25,9 @@ English, the Chinese and a hash of the English that the Chinese was
 translated from (:func:`en_hash`). When the English changes, the stored
 hash no longer matches, so :func:`stale_fields` names the field until the
 Chinese is brought up to date and the hash with it. A field that is the same
-in both languages (a formula) is a plain string.
+in both languages (a formula) is a plain string. The quizzes' YAML
+(:mod:`lipattn.book.quiz`) uses the same fields and the same check
+(:func:`stale_texts`).
 
 :func:`answer` renders one chapter's answer in one language as MyST
 Markdown (``$...$`` math), for a code cell whose output is rendered as MyST
@@ -39,8 +41,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FOLDER", "PARTS", "CHAPTERS", "en_hash", "load", "stale_fields", "answer",
-           "question"]
+__all__ = ["FOLDER", "PARTS", "CHAPTERS", "en_hash", "load", "stale_texts", "stale_fields",
+           "answer", "question"]
 
 #: Where the answers live.
 FOLDER = Path(__file__).resolve().parents[3] / "chapters" / "interview"
@@ -167,29 +169,66 @@ def _bilingual_fields(data: Any, where: str = ""):
             yield from _bilingual_fields(value, f"{where}[{i}]")
 
 
+def stale_texts(data: Any, name: str) -> list[str]:
+    """The bilingual fields of parsed YAML whose Chinese is missing or out of date.
+
+    A bilingual field (a mapping with ``en`` or ``zh``, anywhere in the data)
+    is stale when it lacks ``en`` or ``zh``, or when its ``zh_from`` differs
+    from :func:`en_hash` of its ``en``.
+
+    Parameters
+    ----------
+    data : dict
+        A parsed YAML file (an interview answer, a quiz).
+    name : str
+        What the messages call the file.
+
+    Returns
+    -------
+    list of str
+        One message per stale field, naming it by its place in the data
+        (``points``, ``questions[2].options[0].why``) and giving the hash
+        to set after updating the Chinese.
+    """
+    if not isinstance(data, dict):
+        raise TypeError(f"data must be a mapping (a parsed YAML file); "
+                        f"got {type(data).__name__}")
+    if not data:
+        raise ValueError("data must be a non-empty mapping (a parsed YAML file); got {}")
+    if not isinstance(name, str) or not name.strip():
+        raise TypeError(f"name must be a non-empty string; got {name!r}")
+    stale = []
+    for where, field in _bilingual_fields(data):
+        if "en" not in field or "zh" not in field:
+            stale.append(f"{name}: {where} needs both 'en' and 'zh'")
+            continue
+        now = en_hash(field["en"])
+        if "zh_from" not in field:
+            stale.append(f"{name}: {where} has no zh_from; check 'zh' against 'en', "
+                         f"then set zh_from: {now}")
+        elif not isinstance(field["zh_from"], str):  # YAML reads 0123 as a number
+            stale.append(f"{name}: {where}: zh_from must be a string; "
+                         f"write zh_from: '{now}' (quoted)")
+        elif field["zh_from"] != now:
+            stale.append(f"{name}: {where}: the English changed; update 'zh', "
+                         f"then set zh_from: {now} (stored: {field.get('zh_from')})")
+    return stale
+
+
 def stale_fields(chapter: str, folder: str | Path | None = None) -> list[str]:
     """The fields whose Chinese was not translated from the current English.
 
     A bilingual field is stale when it lacks ``en`` or ``zh``, or when its
-    ``zh_from`` differs from :func:`en_hash` of its ``en``. After updating
-    the Chinese, set ``zh_from`` to the hash that the message gives.
+    ``zh_from`` differs from :func:`en_hash` of its ``en``
+    (:func:`stale_texts`). After updating the Chinese, set ``zh_from`` to
+    the hash that the message gives.
 
     Returns
     -------
     list of str
         One message per stale field (empty when the two languages agree).
     """
-    data = load(chapter, folder)
-    stale = []
-    for where, field in _bilingual_fields(data):
-        if "en" not in field or "zh" not in field:
-            stale.append(f"{chapter}: {where} needs both 'en' and 'zh'")
-            continue
-        now = en_hash(field["en"])
-        if field.get("zh_from") != now:
-            stale.append(f"{chapter}: {where}: the English changed; update 'zh', "
-                         f"then set zh_from: {now} (stored: {field.get('zh_from')})")
-    return stale
+    return stale_texts(load(chapter, folder), chapter)
 
 
 def question(chapter: str, lang: str = "en") -> str:

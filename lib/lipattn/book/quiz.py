@@ -9,8 +9,16 @@ as ``\\(...\\)`` and typeset by MathJax on both.
 A YAML quiz can carry several languages without being copied: any text
 field (``title``, ``prompt``, ``text``, ``why``) is either a string, used for
 every language, or a mapping from a language code to the text, for example
-``{en: "Which vector…", zh: "哪个向量…"}``. :meth:`Quiz.from_yaml` picks one
-language, and :meth:`Quiz.combine` draws questions from several quizzes.
+``{en: "Which vector…", zh: "哪个向量…", zh_from: 1f0c…}``. As in the
+interview answers (:mod:`lipattn.book.interview`), ``zh_from`` is the hash
+of the English that the Chinese was translated from, so :func:`stale_fields`
+names a text whose English changed after its translation; it also names a
+plain string that holds English words (Latin letters outside ``\\(...\\)``
+math), which every language would show. A plain string is for text that is
+only math. :meth:`Quiz.from_yaml` picks one language,
+:meth:`Quiz.combine` draws questions from several quizzes, and
+:meth:`Quiz.glue_yaml` glues a quiz in every language for a book page, whose
+Chinese edition pastes the Chinese one (:mod:`lipattn.book.sphinxext`).
 
 The options of a YAML question are shuffled deterministically, by a hash of
 the question's prompt (its English text, so every language gets the same
@@ -28,15 +36,17 @@ from __future__ import annotations
 import hashlib
 import html
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._validate import as_bool, as_choice
+from . import interview
 from ._check import as_text
 
-__all__ = ["Option", "Question", "Quiz", "LANGUAGES"]
+__all__ = ["Option", "Question", "Quiz", "LANGUAGES", "stale_fields"]
 
 #: The interface strings of a quiz, per language code.
 LANGUAGES: dict[str, dict[str, str]] = {
@@ -151,16 +161,8 @@ class Quiz:
         select : sequence of int, optional
             Indices (from 0) of the questions to keep, in that order.
         """
-        import yaml
-
         lang = as_choice(lang, "lang", tuple(LANGUAGES))
-        if not isinstance(path, (str, Path)):
-            raise TypeError(f"path must be a str or Path; got {type(path).__name__}")
-        if not Path(path).is_file():
-            raise ValueError(f"path must name a YAML quiz file; got {path}")
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
-            raise ValueError(f"path must name a YAML file with a 'questions' list; got {path}")
+        data = _read(path)
         raw = data["questions"]
         if select is not None:
             if isinstance(select, (str, bytes)) or not isinstance(select, Sequence):
@@ -204,6 +206,41 @@ class Quiz:
             raise ValueError(f"quizzes must share one language; got {sorted(langs)}")
         return cls([x for q in quizzes for x in q.questions], title=title, lang=langs.pop())
 
+    @classmethod
+    def glue_yaml(cls, key: str, path: str | Path,
+                  select: Sequence[int] | None = None) -> Quiz:
+        """Glue a YAML quiz in every language, for a book page to paste.
+
+        myst-nb's ``glue`` stores the English quiz under ``key`` and the
+        quiz in each other language of :data:`LANGUAGES` under
+        ``key_<code>`` (``key_zh``), without displaying them. The page
+        pastes ``{glue} key``; the Chinese edition's build pastes
+        ``key_zh`` there (:mod:`lipattn.book.sphinxext`), so the notebook
+        runs once for both.
+
+        Parameters
+        ----------
+        key : str
+            The glue key, unique on the page.
+        path, select
+            As for :meth:`from_yaml`.
+
+        Returns
+        -------
+        Quiz
+            The English quiz, which Jupyter shows when the call ends a cell
+            (on the page, tag the cell ``remove-output``: the paste shows it).
+        """
+        as_text(key, "key")
+        if re.search(r"[\s:]", key):
+            raise ValueError(f"key must be a glue key without spaces or colons; got {key!r}")
+        quizzes = {lang: cls.from_yaml(path, lang=lang, select=select) for lang in LANGUAGES}
+        from myst_nb import glue
+
+        for lang, quiz in quizzes.items():
+            glue(key if lang == "en" else f"{key}_{lang}", quiz, display=False)
+        return quizzes["en"]
+
     def _repr_html_(self) -> str:
         uid = next(_COUNTER)
         words = LANGUAGES[self.lang]
@@ -233,6 +270,69 @@ class Quiz:
             parts.append("</div></div>")
         parts.append("</div>")
         return "".join(parts)
+
+
+def _read(path: str | Path) -> dict:
+    """The parsed YAML of a quiz file, checked to hold a list of questions."""
+    import yaml
+
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or Path; got {type(path).__name__}")
+    if not Path(path).is_file():
+        raise ValueError(f"path must name a YAML quiz file; got {path}")
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
+        raise ValueError(f"path must name a YAML file with a 'questions' list; got {path}")
+    return data
+
+
+_MATH = re.compile(r"\\\(.*?\\\)", re.S)
+_TEXT_FIELDS = ("title", "prompt", "text", "why")
+
+
+def _english_only(data: dict) -> list[tuple[str, str]]:
+    """(place, text) of each plain-string text field with Latin letters
+    outside ``\\(...\\)`` math: English that every language would show."""
+    found = []
+
+    def visit(node: Any, where: str) -> None:
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                visit(item, f"{where}[{i}]")
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                place = f"{where}.{key}" if where else str(key)
+                if key in _TEXT_FIELDS and isinstance(value, str):
+                    if re.search(r"[A-Za-z]", _MATH.sub("", value)):
+                        found.append((place, value))
+                else:
+                    visit(value, place)
+
+    visit(data, "")
+    return found
+
+
+def stale_fields(path: str | Path) -> list[str]:
+    """The texts of a YAML quiz whose Chinese is missing or out of date.
+
+    A bilingual text is stale when its ``zh_from`` is not the hash of its
+    ``en`` (:func:`lipattn.book.interview.stale_texts`, the interview
+    answers' check); a plain string is reported when it holds English words
+    (Latin letters outside ``\\(...\\)`` math), since every language shows it.
+
+    Returns
+    -------
+    list of str
+        One message per text, with the hash to set in ``zh_from`` (empty
+        when every text is in both languages and up to date).
+    """
+    data = _read(path)
+    name = Path(path).name
+    out = interview.stale_texts(data, name)
+    for where, text in _english_only(data):
+        out.append(f"{name}: {where} is English only; make it {{en: ..., zh: ..., "
+                   f"zh_from: {interview.en_hash(text)}}}")
+    return out
 
 
 def _shuffled(options: list[Option], item: dict) -> list[Option]:

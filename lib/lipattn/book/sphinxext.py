@@ -76,8 +76,9 @@ It does what ``_config.yml`` alone cannot:
    in translated text (``{glue:text}`key```, parsed again by Sphinx from
    the catalogue, without the notebook) become myst-nb's pending glue
    references to the page itself, resolved from its glue data like a
-   cross-document paste. A ``{glue:md} key`` directive pastes ``key_zh`` (for
-   the language ``zh``) where the page glued one. The English build leaves the translation's folder
+   cross-document paste. A ``{glue:md} key`` or ``{glue} key`` directive pastes
+   ``key_zh`` (for the language ``zh``) where the page glued one. The English
+   build leaves the translation's folder
    alone (:func:`finish_site` skips nested sites) and vice versa. Figure alt
    text is set in code (:func:`lipattn.book.plotting.set_alt`), so it is not
    in the pages' catalogues: ``make gettext`` collects the English build's
@@ -838,27 +839,44 @@ def _translated_glue_roles(app: Any) -> None:
 
     app.add_role_to_domain("glue", "text", TranslatedPasteText(), override=True)
 
-    from myst_nb.ext.glue.directives import PasteMarkdownDirective
+    from myst_nb.ext.glue.directives import PasteAnyDirective, PasteMarkdownDirective
     from myst_nb.ext.glue.utils import RetrievalError, retrieve_glue_data
 
+    def own_language(directive: Any, key: str) -> str:
+        """``key_<lang>`` in the translation's build where the page glued
+        one (the same data rendered in that language), else ``key``."""
+        config = directive.state.document.settings.env.config
+        if not is_translation(config):
+            return key
+        own = key + "_" + _translation(config)["lang"].split("-")[0].lower()
+        try:
+            retrieve_glue_data(directive.document, own)
+        except RetrievalError:
+            return key
+        return own
+
     class TranslatedPasteMarkdown(PasteMarkdownDirective):
-        """In the translation's build, ``{glue:md} key`` pastes ``key_<lang>``
-        where the page glued one: the same data rendered in that language (the
-        audit's boxes). The English build pastes ``key`` as ever."""
+        """``{glue:md} key`` pastes :func:`own_language`'s key: ``key_zh`` in
+        the Chinese build (the audit's boxes, the interview answers). The
+        English build pastes ``key`` as ever."""
 
         def run(self):  # type: ignore[no-untyped-def]
-            config = self.state.document.settings.env.config
-            if not is_translation(config):
-                return super().run()
-            suffix = "_" + _translation(config)["lang"].split("-")[0].lower()
-            try:
-                retrieve_glue_data(self.document, self.arguments[0] + suffix)
-            except RetrievalError:
-                return super().run()
-            self.arguments = [self.arguments[0] + suffix, *self.arguments[1:]]
+            self.arguments = [own_language(self, self.arguments[0]), *self.arguments[1:]]
+            return super().run()
+
+    class TranslatedPasteAny(PasteAnyDirective):
+        """``{glue} key`` (any mime type: the chapters' HTML quizzes) pastes
+        :func:`own_language`'s key likewise; a paste from another page
+        (``:doc:``) is myst-nb's own."""
+
+        def run(self):  # type: ignore[no-untyped-def]
+            if "doc" not in self.options:
+                self.arguments = [own_language(self, self.arguments[0]), *self.arguments[1:]]
             return super().run()
 
     app.add_directive_to_domain("glue", "md", TranslatedPasteMarkdown, override=True)
+    app.add_directive_to_domain("glue", "any", TranslatedPasteAny, override=True)
+    app.add_directive("glue", TranslatedPasteAny, override=True)
 
 
 def setup(app: Any) -> dict[str, Any]:
