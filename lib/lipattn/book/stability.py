@@ -48,17 +48,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validate import as_bool, as_count, as_counts, as_float_in, as_positive_float, as_seed
+from .._validate import (as_bool, as_choice, as_count, as_counts, as_float_in,
+                         as_positive_float, as_seed)
 from ..layers import CausalLM, Sequential, attention_logits, cross_entropy
 from ..models import Llama, random_state_dict
 from ..models.blocks import Layout, build_block, build_final
 from ..models.training import train_stack
 from ._check import as_result
 from .bytelm import _git_commit, heldout_bits, heldout_windows
-from .corpus import stdlib_corpus
+from .corpus import stdlib_corpus, unigram_entropy
 
-__all__ = ["build", "gain_bound", "max_logits", "train_run", "summarise", "read_results",
-           "summary", "main", "DATA"]
+__all__ = ["build", "gain_bound", "max_logits", "mitigation_set", "arm_name", "train_run",
+           "summarise", "read_results", "summary", "main", "DATA", "MITIGATIONS"]
 
 DATA = Path(__file__).resolve().parent / "data" / "stability.json"
 LN2 = math.log(2.0)
@@ -148,7 +149,33 @@ def max_logits(model: Llama, windows: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
-def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: int = 300,
+MITIGATIONS = ("warmup", "decay", "zloss")
+ARMS = ("none", "warmup", "decay", "zloss", "all")
+
+
+def mitigation_set(mitigations) -> tuple[str, ...]:
+    """The mitigations switched on, in :data:`MITIGATIONS`' order: ``True`` for all
+    three, ``False`` for none, or a list, tuple or set of their names (no repeats)."""
+    if isinstance(mitigations, (bool, np.bool_)):
+        return MITIGATIONS if mitigations else ()
+    if not isinstance(mitigations, (list, tuple, set, frozenset)):
+        raise TypeError(f"mitigations must be a bool or a collection of names from "
+                        f"{MITIGATIONS}; got {type(mitigations).__name__}")
+    names = [as_choice(m, "mitigations", MITIGATIONS) for m in mitigations]
+    if len(set(names)) != len(names):
+        raise ValueError(f"mitigations must not repeat a name; got {list(mitigations)!r}")
+    return tuple(m for m in MITIGATIONS if m in names)
+
+
+def arm_name(mitigations) -> str:
+    """The name of a mitigation arm: ``"none"``, ``"all"`` or the names joined by
+    ``"+"`` (``"warmup"``, ``"decay+zloss"``, ...); the argument as for
+    :func:`mitigation_set`."""
+    m = mitigation_set(mitigations)
+    return "none" if not m else "all" if m == MITIGATIONS else "+".join(m)
+
+
+def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations, steps: int = 300,
               n_layer: int = 2, d: int = 64, n_head: int = 4, context: int = 64,
               batch: int = 16, eval_every: int = 20, eval_windows: int = 16,
               warmup_frac: float = 0.1, decay: float = 1e-3, z_loss: float = 1e-4,
@@ -158,8 +185,12 @@ def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: 
 
     Parameters
     ----------
-    qk_norm, mitigations : bool
-        The two interventions: Qwen 3's QK-norm; warm-up + weight decay + z-loss.
+    qk_norm : bool
+        Qwen 3's QK-norm with learned gains.
+    mitigations : bool or collection of str
+        The mitigations switched on: names from :data:`MITIGATIONS` (``"warmup"``,
+        ``"decay"``, ``"zloss"``), or ``True`` for all three, ``False`` for none
+        (:func:`mitigation_set`).
     lr : float
         Peak learning rate, in (0, 1].
     seed : int
@@ -169,7 +200,7 @@ def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: 
     eval_every, eval_windows : int
         Held-out evaluation period and its number of windows (fixed, evenly spaced).
     warmup_frac, decay, z_loss : float
-        The mitigations' settings (used only with ``mitigations``): warm-up length as a
+        The mitigations' settings (each used only when switched on): warm-up length as a
         fraction of ``steps``; independent weight decay :math:`\lambda` per step at the
         peak rate; z-loss coefficient.
     keep_at : tuple of int
@@ -187,9 +218,10 @@ def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: 
         last evaluation), ``max_logit`` (per evaluation, per layer), ``gain_bound``
         (per evaluation, per layer; empty without QK-norm), ``diverged_at`` (the
         last evaluation step before an overflow or a non-finite loss, or None),
-        ``const`` (step -> constants), and the settings.
+        ``const`` (step -> constants), and the settings: ``mitigations`` is the list of
+        the mitigations switched on and ``arm`` its name (:func:`arm_name`).
     """
-    qk_norm, mitigations = as_bool(qk_norm, "qk_norm"), as_bool(mitigations, "mitigations")
+    qk_norm, mit = as_bool(qk_norm, "qk_norm"), mitigation_set(mitigations)
     lr = as_float_in(lr, "lr", 0.0, 1.0, lo_open=True)
     seed = as_seed(seed)
     steps = as_count(steps, "steps", 1, 10**6)
@@ -213,10 +245,11 @@ def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: 
     win = heldout_windows(heldout, context, eval_windows)
     cwin = heldout_windows(heldout, context, const_windows)[:, :-1] if const_windows else None
     rng = np.random.default_rng(seed)
-    warmup = round(warmup_frac * steps) if mitigations else 0
-    wd = decay / lr if mitigations else 0.0
-    zc = z_loss if mitigations else 0.0
-    rec = {"qk_norm": qk_norm, "lr": lr, "seed": seed, "mitigations": mitigations,
+    warmup = round(warmup_frac * steps) if "warmup" in mit else 0
+    wd = decay / lr if "decay" in mit else 0.0
+    zc = z_loss if "zloss" in mit else 0.0
+    rec = {"qk_norm": qk_norm, "lr": lr, "seed": seed, "mitigations": list(mit),
+           "arm": arm_name(mit),
            "eval_steps": [], "heldout_bits": [], "max_logit": [], "gain_bound": [],
            "train_bits": [], "diverged_at": None, "const": {}}
 
@@ -257,43 +290,97 @@ def train_run(*, qk_norm: bool, lr: float, seed: int, mitigations: bool, steps: 
     return rec
 
 
+SPIKE = 1.0
+"""Default spike threshold: held-out bits/byte above the run's running minimum."""
+STUCK = 0.9
+"""Default "stuck" threshold, as a fraction of the held-out unigram entropy."""
+
+
+def _arm_order(arm: str) -> tuple:
+    return (ARMS.index(arm), "") if arm in ARMS else (len(ARMS), arm)
+
+
 def _cells(runs: list[dict]) -> dict[tuple, list[dict]]:
     cells: dict[tuple, list[dict]] = {}
     for r in runs:
-        cells.setdefault((r["qk_norm"], r["mitigations"], r["lr"]), []).append(r)
-    return {k: sorted(v, key=lambda r: r["seed"]) for k, v in sorted(cells.items())}
+        cells.setdefault((r["qk_norm"], r["arm"], r["lr"]), []).append(r)
+    keys = sorted(cells, key=lambda k: (k[0], _arm_order(k[1]), k[2]))
+    return {k: sorted(cells[k], key=lambda r: r["seed"]) for k in keys}
 
 
 def _final(r: dict) -> float:
     return math.inf if r["diverged_at"] is not None else r["heldout_bits"][-1]
 
 
-def _spiked(r: dict, spike: float) -> bool:
+def _rise(r: dict) -> float:
+    """The largest rise of the held-out bits/byte above its running minimum."""
     h = np.asarray(r["heldout_bits"], float)
-    return bool(np.any(h - np.minimum.accumulate(h) > spike))
+    return float(np.max(h - np.minimum.accumulate(h)))
 
 
-def summarise(runs: list[dict], spike: float = 0.25) -> list[dict]:
-    """Per cell (qk_norm, mitigations, lr), sorted: the number of runs, how many
-    diverged, spiked (held-out bits/byte more than ``spike`` above its running
-    minimum at some evaluation) and were unstable (either), and the 10 %, 50 % and
-    90 % quantiles over seeds of the final held-out bits/byte (a diverged run counts
-    as +inf), of the largest attention logit of any layer at the end, of its peak
-    over training, and with QK-norm of the final gain bound (:func:`gain_bound`,
-    largest layer)."""
+def _check_runs(runs) -> list[dict]:
     if not isinstance(runs, list) or not runs or not all(
-            isinstance(r, dict) and {"qk_norm", "lr", "heldout_bits"} <= set(r) for r in runs):
+            isinstance(r, dict) and {"qk_norm", "lr", "arm", "seed", "heldout_bits",
+                                     "diverged_at"} <= set(r) for r in runs):
         raise TypeError("runs must be a non-empty list of train_run records")
+    return runs
+
+
+def failures(runs: list[dict], unigram_bits: float, spike: float = SPIKE,
+             stuck: float = STUCK) -> list[dict]:
+    r"""Per run (in ``runs``' order), which failure tests it meets, each read from
+    its own record and its seed's:
+
+    - ``diverged``: a forward or backward pass overflowed or gave a non-finite
+      value (``diverged_at`` is set);
+    - ``spiked``: at some evaluation the held-out bits/byte is more than ``spike``
+      above its running minimum (a loss that rose, not one that is slow to fall);
+    - ``stuck``: the final held-out bits/byte is at least ``stuck`` times
+      ``unigram_bits`` (the held-out text's unigram entropy: such a model has
+      learned little beyond byte frequencies), while the run with the same seed,
+      QK-norm setting and mitigation arm at the sweep's smallest learning rate
+      ends below that line (so the budget suffices at a comfortable rate);
+    - ``failed``: any of the three; and ``rise``, the largest rise itself.
+    """
+    runs = _check_runs(runs)
+    H = as_positive_float(unigram_bits, "unigram_bits")
     spike = as_positive_float(spike, "spike")
+    stuck = as_float_in(stuck, "stuck", 0.0, 2.0, lo_open=True)
+    lo = min(r["lr"] for r in runs)
+    ref = {(r["qk_norm"], r["arm"], r["seed"]): _final(r) for r in runs if r["lr"] == lo}
+    out = []
+    for r in runs:
+        div = r["diverged_at"] is not None
+        rise = _rise(r)
+        ok_ref = ref.get((r["qk_norm"], r["arm"], r["seed"]), math.inf) < stuck * H
+        stk = r["lr"] != lo and _final(r) >= stuck * H and ok_ref
+        out.append({"diverged": div, "spiked": rise > spike, "stuck": stk,
+                    "failed": div or rise > spike or stk, "rise": rise})
+    return out
+
+
+def summarise(runs: list[dict], unigram_bits: float, spike: float = SPIKE,
+              stuck: float = STUCK) -> list[dict]:
+    """Per cell (qk_norm, mitigation arm, lr), sorted: the number of runs, how many
+    diverged, spiked, were stuck and failed (any of these; :func:`failures`, with
+    its thresholds), and the 10 %, 50 % and 90 % quantiles over seeds of the final
+    and the best held-out bits/byte (a diverged run's final counts as +inf), of the
+    largest rise above the running minimum, of the largest attention logit of any
+    layer at the end and of its peak over training, and with QK-norm of the final
+    gain bound (:func:`gain_bound`, largest layer)."""
+    runs = _check_runs(runs)
+    F = failures(runs, unigram_bits, spike, stuck)
+    fails = {id(r): f for r, f in zip(runs, F, strict=True)}
     q = lambda a: [float(np.quantile(a, p)) for p in (0.1, 0.5, 0.9)]  # noqa: E731
     out = []
-    for (qk, mit, lr), rs in _cells(runs).items():
-        spiked = [_spiked(r, spike) for r in rs]
-        div = [r["diverged_at"] is not None for r in rs]
-        row = {"qk_norm": qk, "mitigations": mit, "lr": lr, "runs": len(rs),
-               "diverged": sum(div), "spiked": sum(spiked),
-               "unstable": sum(a or b for a, b in zip(spiked, div, strict=True)),
+    for (qk, arm, lr), rs in _cells(runs).items():
+        f = [fails[id(r)] for r in rs]
+        row = {"qk_norm": qk, "arm": arm, "lr": lr, "runs": len(rs),
+               **{k: sum(x[k] for x in f)
+                  for k in ("diverged", "spiked", "stuck", "failed")},
                "final_bits_q": q([_final(r) for r in rs]),
+               "best_bits_q": q([min(r["heldout_bits"]) for r in rs]),
+               "rise_q": q([x["rise"] for x in f]),
                "final_logit_q": q([max(r["max_logit"][-1]) for r in rs]),
                "peak_logit_q": q([max(max(x) for x in r["max_logit"]) for r in rs])}
         if qk:
@@ -441,25 +528,35 @@ def _one(kw: dict) -> dict:
     rec = train_run(**kw)
     rec["cpu_s"] = time.process_time() - t0
     rec = _round(rec)
-    print(f"qk={kw['qk_norm']:d} mit={kw['mitigations']:d} lr={kw['lr']:g} seed={kw['seed']}: "
+    print(f"qk={kw['qk_norm']:d} arm={rec['arm']} lr={kw['lr']:g} seed={kw['seed']}: "
           f"{rec['heldout_bits'][-1]:.3f} bits/byte, max logit {max(rec['max_logit'][-1]):.1f}, "
           f"diverged {rec['diverged_at']}, {rec['cpu_s']:.1f} s", flush=True)
     return rec
 
 
+def _arm_set(name: str) -> tuple[str, ...]:
+    return () if name == "none" else MITIGATIONS if name == "all" else tuple(
+        mitigation_set(name.split("+")))
+
+
 def main(argv: list[str] | None = None) -> dict:
     """The command line; writes and returns the results dictionary."""
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.stability", description=__doc__)
-    ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 1e-2, 1e-1])
-    ap.add_argument("--seeds", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=160)
+    ap.add_argument("--lrs", type=float, nargs="+", default=[1e-2, 3e-1, 1.0])
+    ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=640)
     ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--arms", nargs="+", default=list(ARMS),
+                    help="mitigation arms: none, all, or names joined by + "
+                         "(warmup, decay, zloss)")
     ap.add_argument("--const-runs", type=int, default=2,
-                    help="seeds whose local constants are measured (mitigations off)")
+                    help="seeds whose local constants are measured")
+    ap.add_argument("--const-arms", nargs="*", default=["none", "all"],
+                    help="mitigation arms of the constant runs")
     ap.add_argument("--const-lrs", type=float, nargs="*", default=None,
-                    help="learning rates of the constant runs (default: first and last)")
+                    help="learning rates of the constant runs (default: first two)")
     ap.add_argument("--const-windows", type=int, default=3)
-    ap.add_argument("--checkpoints", type=int, default=2,
+    ap.add_argument("--checkpoints", type=int, default=4,
                     help="evenly spaced checkpoints of the constants (besides step 0)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
@@ -467,15 +564,17 @@ def main(argv: list[str] | None = None) -> dict:
     commit = _git_commit()
     corpus = stdlib_corpus()
     keep = tuple(round(a.steps * k / a.checkpoints) for k in range(a.checkpoints + 1))
-    clrs = [a.lrs[0], a.lrs[-1]] if a.const_lrs is None else a.const_lrs
+    clrs = a.lrs[:2] if a.const_lrs is None else a.const_lrs
+    arms = [arm_name(_arm_set(x)) for x in a.arms]
     specs = []
     for seed in range(a.seeds):
         for lr in a.lrs:
             for qk in (False, True):
-                for mit in (False, True):
-                    const = not mit and seed < a.const_runs and lr in clrs
-                    specs.append(dict(qk_norm=qk, lr=lr, seed=seed, mitigations=mit,
-                                      steps=a.steps, eval_every=a.eval_every, corpus=corpus,
+                for arm in arms:
+                    const = arm in a.const_arms and seed < a.const_runs and lr in clrs
+                    specs.append(dict(qk_norm=qk, lr=lr, seed=seed,
+                                      mitigations=_arm_set(arm), steps=a.steps,
+                                      eval_every=a.eval_every, corpus=corpus,
                                       keep_at=keep if const else (),
                                       const_windows=a.const_windows if const else 0))
     t0 = time.time()
@@ -500,7 +599,9 @@ def main(argv: list[str] | None = None) -> dict:
               "model": {"layout": "llama", "n_layer": 2, "d": 64, "n_head": 4, "context": 64,
                         "batch": 16, "vocab": 256},
               "mitigations": {"warmup_frac": 0.1, "decay": 1e-3, "z_loss": 1e-4},
-              "wall_s": time.time() - t0, "runs": runs, "cells": summarise(runs)}
+              "unigram_bits": unigram_entropy(corpus[1]),
+              "wall_s": time.time() - t0, "runs": runs,
+              "cells": summarise(runs, unigram_entropy(corpus[1]))}
     if a.out is not None:
         Path(a.out).write_text(json.dumps(result, separators=(",", ":")) + "\n")
     return result
