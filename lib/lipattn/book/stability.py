@@ -18,20 +18,25 @@ mitigations of Wortsman et al.:
 Everything else is shared: Adam :math:`(0.9, 0.98)`, a constant rate after the
 warm-up, batches of ``batch`` windows of ``context`` bytes, float32 weights,
 the softmax in float32. Runs with the same seed share their initialisation and
-their batches, so QK-norm on/off and mitigations on/off are paired
-interventions.
+their batches.
 
 Per run, every ``eval_every`` steps on fixed held-out windows: the held-out
 bits/byte, the largest attention logit :math:`\max |T_{ij}|` of each layer over
 the causal entries, and with QK-norm the bound
 :math:`\max_i |g_{q,i}| \max_i |g_{k,i}| \sqrt{d_h}` of each layer, which no logit
-can exceed (:func:`gain_bound`). A run *diverges* when a forward or backward
-pass overflows or produces a non-finite value (caught as
-:class:`FloatingPointError`, before any NaN exists; the run stops there), and
-*spikes* when its held-out bits/byte rises more than ``spike`` above its running
-minimum at some evaluation. For a few runs, the exact local Lipschitz constant of
-the stack of blocks (:meth:`lipattn.models.decoder.Decoder.local_lipschitz`) on
-held-out windows at checkpoints.
+can exceed (:func:`gain_bound`). The mitigations can be switched one at a time
+(``mitigations`` names them), so the arms of one seed are paired interventions.
+
+A run *fails* (:func:`failures`) when it diverges (a forward or backward pass
+overflows or produces a non-finite value, caught as :class:`FloatingPointError`
+before any NaN exists; the run stops there), *spikes* (its held-out bits/byte
+rises more than ``spike`` above its running minimum at some evaluation) or is
+*stuck* (it ends at or above ``stuck`` times the held-out unigram entropy while
+the same seed and arm at the sweep's smallest rate ends below that line).
+
+For a few runs, the exact local Lipschitz constant of the stack of blocks
+(:meth:`lipattn.models.decoder.Decoder.local_lipschitz`) on held-out windows at
+checkpoints.
 
 Run ``python -m lipattn.book.stability --help``; the book's results are
 ``data/stability.json`` (arguments and git commit recorded in it).
@@ -48,8 +53,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validate import (as_bool, as_choice, as_count, as_counts, as_float_in,
-                         as_positive_float, as_seed)
+from .._validate import (
+    as_bool,
+    as_choice,
+    as_count,
+    as_counts,
+    as_float_in,
+    as_positive_float,
+    as_seed,
+)
 from ..layers import CausalLM, Sequential, attention_logits, cross_entropy
 from ..models import Llama, random_state_dict
 from ..models.blocks import Layout, build_block, build_final
@@ -353,7 +365,7 @@ def failures(runs: list[dict], unigram_bits: float, spike: float = SPIKE,
         div = r["diverged_at"] is not None
         rise = _rise(r)
         ok_ref = ref.get((r["qk_norm"], r["arm"], r["seed"]), math.inf) < stuck * H
-        stk = r["lr"] != lo and _final(r) >= stuck * H and ok_ref
+        stk = not div and r["lr"] != lo and _final(r) >= stuck * H and ok_ref
         out.append({"diverged": div, "spiked": rise > spike, "stuck": stk,
                     "failed": div or rise > spike or stk, "rise": rise})
     return out
@@ -391,124 +403,177 @@ def summarise(runs: list[dict], unigram_bits: float, spike: float = SPIKE,
 
 def read_results(path: str | Path | None = None) -> dict:
     """The shipped sweep (default :data:`DATA`), as :func:`main` wrote it: ``args``,
-    ``git_commit``, ``model``, ``mitigations``, ``runs`` and ``cells``."""
+    ``git_commit``, ``model``, ``mitigations``, ``unigram_bits`` (the held-out text's
+    unigram entropy), ``wall_s``, ``runs`` and ``cells``."""
     if path is not None and (isinstance(path, bool) or not isinstance(path, (str, Path))
                              or not Path(path).is_file()):
         raise ValueError(f"path must be None or the path of an existing JSON file; "
                          f"got {path!r}")
     res = json.loads(Path(DATA if path is None else path).read_text())
-    return as_result(res, "path", ("args", "git_commit", "runs", "cells"),
+    return as_result(res, "path", ("args", "git_commit", "runs", "cells", "unigram_bits"),
                      producer="python -m lipattn.book.stability")
 
 
-def summary(result: dict, spike: float = 0.25) -> dict:
+BIG_LOGIT = 1e4
+"""Wortsman et al.'s line: in their sweeps every run with logits above it diverged."""
+
+
+def _key(arm: str) -> str:
+    return arm.replace("+", "_")
+
+
+def summary(result: dict, spike: float = SPIKE, stuck: float = STUCK) -> dict:
     r"""The page's numbers from :func:`read_results`'s dictionary (floats, for glue).
 
-    With ``lrs`` the sweep's learning rates, ``top`` the largest:
+    The sweep's rates are indexed ``i = 0, 1, ...`` from the smallest; ``t`` is
+    ``plain`` (no QK-norm) or ``qk``; ``a`` a mitigation arm (:func:`arm_name`,
+    ``+`` written ``_``); the failure tests are :func:`failures`' with ``spike``
+    and ``stuck``.
 
-    - ``n_runs``, ``n_seeds``, ``steps``, ``n_lrs``, ``lr_lo``, ``lr_hi``;
-    - per arm ``a`` in ``plain`` (no QK-norm, no mitigations), ``mit`` (no QK-norm,
-      mitigations), ``qk`` (QK-norm), ``qkmit`` (both): ``{a}_unstable`` (unstable
-      runs over all learning rates), ``{a}_bits_top`` (median final held-out
-      bits/byte at ``top``), ``{a}_logit_top`` (median final largest logit at
-      ``top``), ``{a}_bits_lo``, ``{a}_logit_lo`` (the same at the smallest rate),
-      ``{a}_sens`` (Wortsman et al.'s learning-rate sensitivity,
-      :math:`\mathbb E_{\eta}[\min(L(\eta), L_0) - \min_\eta L(\eta)]` over the
-      sweep's rates, with L the final held-out bits/byte and L_0 the initial one,
-      median over seeds), ``{a}_late_top`` (median over seeds at ``top`` of the
-      held-out bits/byte gained over the second half of training: the value at the
-      middle evaluation minus the final one);
-    - ``qk_bound_top`` (median final gain bound at ``top``), ``bound_ok`` (1 if
-      every recorded logit of every QK-norm run is at most its bound);
-    - ``wins_top`` / ``pairs_top``: seeds at ``top`` where QK-norm ends with fewer
-      held-out bits/byte than the paired run without it (mitigations off);
-      ``logit_wins`` / ``logit_pairs``: pairs, over every rate and both
-      mitigation settings, where QK-norm's final largest logit is the smaller;
-    - ``mit_logit_wins`` / ``mit_pairs``: pairs without QK-norm, over every rate, where
-      the mitigations end with the smaller largest logit; ``mit_bits_wins_top``: seeds
-      at ``top`` where they end with fewer held-out bits/byte;
-    - ``qk_bound_0``, ``qk_bound_lo``: the gain bound at initialisation and its median
-      at the end at the smallest rate;
-    - ``{plain|qk}_const_{lo|hi}`` and ``{plain|qk}_const0_{lo|hi}``: the exact
-      constant of the blocks at the last and first checkpoint (median over windows,
-      then over the measured runs, mitigations off) at the smallest and largest rate;
-      ``const_runs_{lo|hi}`` the measured runs per arm;
-    - ``plain_first_bad_lr``: the smallest rate at which at least half of the plain
-      runs end more than 0.1 bits/byte above the plain arm's best median (absent if
-      there is none).
+    - ``n_runs``, ``n_seeds``, ``n_lrs``, ``n_arms``, ``lr{i}``, ``lr_lo``,
+      ``lr_hi``, ``steps``, ``eval_every``; ``unigram`` (held-out unigram entropy),
+      ``spike``, ``stuck``, ``stuck_bits`` (``stuck * unigram``);
+    - per cell ``{t}_{a}_{k}{i}`` for ``k`` in ``failed``, ``spiked``, ``stuck``,
+      ``diverged`` (counts of runs), ``bits`` (median final held-out bits/byte),
+      ``best`` (median of each run's lowest), ``logit`` (median final largest
+      attention logit, any layer), ``peak`` (median of its peak over training);
+      and ``qk_{a}_bound{i}``, the median final gain bound;
+    - ``{t}_failed`` / ``{t}_runs``: failed runs over the whole arm of QK-norm off
+      or on; ``failed``: all failed runs; ``diverged``: all diverged runs;
+    - paired by seed: ``qkwins{i}`` / ``qkpairs{i}``: pairs (every arm) at rate i
+      where QK-norm ends with fewer held-out bits/byte; ``qkfix{i}`` /
+      ``qkbreak{i}``: pairs where the run without QK-norm fails and the one with it
+      does not, and the reverse; ``{t}_{m}_fix{i}``, ``{t}_{m}_break{i}``,
+      ``{t}_{m}_wins{i}``: the same for each mitigation arm ``m`` against ``none``
+      (wins: fewer final bits/byte), and ``{t}_{m}_dbits{i}``, the median paired
+      difference of the final bits/byte (``m`` minus ``none``);
+    - ``rise_lo_max``, ``rise_lo_med``: the largest and the median rise above the
+      running minimum over the runs at the smallest rate (the evaluations' noise,
+      against which ``spike`` is set); ``lo_bits_max``: the largest final
+      bits/byte at the smallest rate;
+    - ``big_runs`` / ``big_failed``: runs whose largest logit ever exceeds
+      :data:`BIG_LOGIT`, and how many of them failed; ``small_runs`` /
+      ``small_failed`` the same for the others; ``qk_big``: QK-norm runs above it;
+    - ``bound_ok`` (1 if every recorded logit of every QK-norm run is at most its
+      bound), ``bound_ratio`` (the largest logit-to-bound ratio), ``qk_bound_0``
+      (the bound at initialisation);
+    - ``{t}_sens_{a}``: Wortsman et al.'s learning-rate sensitivity,
+      :math:`\mathbb E_{\eta}[\min(L(\eta), L_0)] - \min_\eta L(\eta)` over the
+      sweep's rates, L the final held-out bits/byte and L_0 the initial one,
+      median over seeds;
+    - ``const_runs``: constant runs per cell; for each rate i with constant runs,
+      ``{t}_{a}_const0_{i}`` and ``{t}_{a}_const_{i}``, the exact constant of the
+      blocks at the first and the last checkpoint (median over windows, then over
+      the runs).
     """
-    res = as_result(result, "result", ("args", "runs", "cells"),
+    res = as_result(result, "result", ("args", "runs", "cells", "unigram_bits"),
                     producer="lipattn.book.stability.read_results")
-    spike = as_positive_float(spike, "spike")
-    runs = res["runs"]
+    runs = _check_runs(res["runs"])
+    H = as_positive_float(res["unigram_bits"], "result['unigram_bits']")
+    F = failures(runs, H, spike, stuck)
+    spike, stuck = float(spike), float(stuck)
+    fail = {id(r): f for r, f in zip(runs, F, strict=True)}
     cells = _cells(runs)
     lrs = sorted({r["lr"] for r in runs})
-    top = lrs[-1]
+    arms = sorted({r["arm"] for r in runs}, key=_arm_order)
     seeds = sorted({r["seed"] for r in runs})
-    out = {"n_runs": len(runs), "n_seeds": len(seeds), "n_lrs": len(lrs), "lr_lo": lrs[0],
-           "lr_hi": top, "steps": max(r["eval_steps"][-1] for r in runs)}
-    arms = {"plain": (False, False), "mit": (False, True), "qk": (True, False),
-            "qkmit": (True, True)}
-    for a, (qk, mit) in arms.items():
-        rs = [r for lr in lrs for r in cells[(qk, mit, lr)]]
-        out[f"{a}_unstable"] = sum(_spiked(r, spike) or r["diverged_at"] is not None
-                                   for r in rs)
-        out[f"{a}_bits_top"] = float(np.median([_final(r) for r in cells[(qk, mit, top)]]))
-        out[f"{a}_logit_top"] = float(np.median([max(r["max_logit"][-1])
-                                                 for r in cells[(qk, mit, top)]]))
-        out[f"{a}_logit_lo"] = float(np.median([max(r["max_logit"][-1])
-                                                for r in cells[(qk, mit, lrs[0])]]))
-        out[f"{a}_bits_lo"] = float(np.median([_final(r) for r in cells[(qk, mit, lrs[0])]]))
-        sens = []
-        for s in seeds:
-            L = np.array([_final(r) for lr in lrs for r in cells[(qk, mit, lr)]
-                          if r["seed"] == s])
-            L0 = [r["heldout_bits"][0] for r in cells[(qk, mit, lrs[0])] if r["seed"] == s][0]
-            sens.append(float(np.mean(np.minimum(L, L0)) - L.min()))
-        out[f"{a}_sens"] = float(np.median(sens))
-        late = [r["heldout_bits"][len(r["heldout_bits"]) // 2] - _final(r)
-                for r in cells[(qk, mit, top)]]
-        out[f"{a}_late_top"] = float(np.median(late))
-    out["qk_bound_top"] = float(np.median([max(r["gain_bound"][-1])
-                                           for r in cells[(True, False, top)]]))
-    out["bound_ok"] = float(all(lg <= b * (1 + 1e-5) for r in runs if r["qk_norm"]
-                                for L, B in zip(r["max_logit"], r["gain_bound"], strict=True)
-                                for lg, b in zip(L, B, strict=True)))
-    pl, qk = cells[(False, False, top)], cells[(True, False, top)]
-    out["pairs_top"] = len(pl)
-    out["wins_top"] = sum(_final(b) < _final(a) for a, b in zip(pl, qk, strict=True))
-    wins = pairs = 0
-    for lr in lrs:
-        for mit in (False, True):
-            for a, b in zip(cells[(False, mit, lr)], cells[(True, mit, lr)], strict=True):
-                pairs += 1
-                wins += max(b["max_logit"][-1]) < max(a["max_logit"][-1])
-    out["logit_wins"], out["logit_pairs"] = wins, pairs
-    pairs = [(a, b) for lr in lrs for a, b in zip(cells[(False, False, lr)],
-                                                   cells[(False, True, lr)], strict=True)]
-    out["mit_logit_wins"] = sum(max(b["max_logit"][-1]) < max(a["max_logit"][-1])
-                                for a, b in pairs)
-    out["mit_pairs"] = len(pairs)
-    out["mit_bits_wins_top"] = sum(_final(b) < _final(a) for a, b in zip(
-        cells[(False, False, top)], cells[(False, True, top)], strict=True))
-    out["qk_bound_lo"] = float(np.median([max(r["gain_bound"][-1])
-                                          for r in cells[(True, False, lrs[0])]]))
-    out["qk_bound_0"] = float(max(cells[(True, False, top)][0]["gain_bound"][0]))
-    for tag, lr in (("lo", lrs[0]), ("hi", top)):
-        for a, qk in (("plain", False), ("qk", True)):
-            rs = [r for r in cells[(qk, False, lr)] if r["const"]]
-            if rs:
-                last = str(max(int(k) for k in rs[0]["const"]))
-                out[f"{a}_const_{tag}"] = float(np.median([np.median(r["const"][last])
-                                                           for r in rs]))
-                out[f"{a}_const0_{tag}"] = float(np.median([np.median(r["const"]["0"])
-                                                            for r in rs]))
-                out[f"const_runs_{tag}"] = len(rs)
-    best = min(np.median([_final(r) for r in cells[(False, False, lr)]]) for lr in lrs)
-    bad = [lr for lr in lrs if np.mean([_final(r) > best + 0.1
-                                        for r in cells[(False, False, lr)]]) >= 0.5]
-    if bad:
-        out["plain_first_bad_lr"] = bad[0]
+    med = lambda a: float(np.median(a))  # noqa: E731
+    out = {"n_runs": len(runs), "n_seeds": len(seeds), "n_lrs": len(lrs),
+           "n_arms": len(arms), "lr_lo": lrs[0], "lr_hi": lrs[-1],
+           "steps": max(r["eval_steps"][-1] for r in runs),
+           "eval_every": runs[0]["eval_steps"][1] - runs[0]["eval_steps"][0],
+           "unigram": H, "spike": spike, "stuck": stuck, "stuck_bits": stuck * H,
+           "failed": sum(f["failed"] for f in F), "diverged": sum(f["diverged"] for f in F)}
+    tags = (("plain", False), ("qk", True))
+    for i, lr in enumerate(lrs):
+        out[f"lr{i}"] = lr
+    for t, qk in tags:
+        rs = [r for r in runs if r["qk_norm"] == qk]
+        out[f"{t}_runs"] = len(rs)
+        out[f"{t}_failed"] = sum(fail[id(r)]["failed"] for r in rs)
+        for a in arms:
+            for i, lr in enumerate(lrs):
+                c = cells.get((qk, a, lr), [])
+                if not c:
+                    continue
+                k = f"{t}_{_key(a)}"
+                for name in ("failed", "spiked", "stuck", "diverged"):
+                    out[f"{k}_{name}{i}"] = sum(fail[id(r)][name] for r in c)
+                out[f"{k}_bits{i}"] = med([_final(r) for r in c])
+                out[f"{k}_best{i}"] = med([min(r["heldout_bits"]) for r in c])
+                out[f"{k}_logit{i}"] = med([max(r["max_logit"][-1]) for r in c])
+                out[f"{k}_peak{i}"] = med([max(max(x) for x in r["max_logit"]) for r in c])
+                if qk:
+                    out[f"{k}_bound{i}"] = med([max(r["gain_bound"][-1]) for r in c])
+            sens = []
+            for sd in seeds:
+                L = np.array([_final(r) for lr in lrs for r in cells.get((qk, a, lr), [])
+                              if r["seed"] == sd])
+                L0 = [r["heldout_bits"][0] for r in cells.get((qk, a, lrs[0]), [])
+                      if r["seed"] == sd]
+                if L.size == len(lrs) and L0:
+                    sens.append(float(np.mean(np.minimum(L, L0[0])) - L.min()))
+            if sens:
+                out[f"{t}_sens_{_key(a)}"] = med(sens)
+
+    def paired(qa, aa, qb, ab, lr):
+        A = {r["seed"]: r for r in cells.get((qa, aa, lr), [])}
+        B = {r["seed"]: r for r in cells.get((qb, ab, lr), [])}
+        return [(A[sd], B[sd]) for sd in seeds if sd in A and sd in B]
+
+    def diff(a, b):
+        fa, fb = _final(a), _final(b)
+        return 0.0 if fa == fb else fb - fa
+
+    for i, lr in enumerate(lrs):
+        P = [p for a in arms for p in paired(False, a, True, a, lr)]
+        out[f"qkpairs{i}"] = len(P)
+        out[f"qkwins{i}"] = sum(_final(b) < _final(a) for a, b in P)
+        out[f"qkfix{i}"] = sum(fail[id(a)]["failed"] and not fail[id(b)]["failed"]
+                               for a, b in P)
+        out[f"qkbreak{i}"] = sum(fail[id(b)]["failed"] and not fail[id(a)]["failed"]
+                                 for a, b in P)
+        for t, qk in tags:
+            for m in arms:
+                P = paired(qk, "none", qk, m, lr)
+                if m == "none" or not P:
+                    continue
+                k = f"{t}_{_key(m)}"
+                out[f"{k}_fix{i}"] = sum(fail[id(a)]["failed"] and not fail[id(b)]["failed"]
+                                         for a, b in P)
+                out[f"{k}_break{i}"] = sum(fail[id(b)]["failed"]
+                                           and not fail[id(a)]["failed"] for a, b in P)
+                out[f"{k}_wins{i}"] = sum(_final(b) < _final(a) for a, b in P)
+                out[f"{k}_dbits{i}"] = med([diff(a, b) for a, b in P])
+    lo = [(r, fail[id(r)]) for r in runs if r["lr"] == lrs[0]]
+    out["rise_lo_max"] = max(f["rise"] for _, f in lo)
+    out["rise_lo_med"] = med([f["rise"] for _, f in lo])
+    out["lo_bits_max"] = max(_final(r) for r, _ in lo)
+    peak = {id(r): max(max(x) for x in r["max_logit"]) for r in runs}
+    big = [r for r in runs if peak[id(r)] > BIG_LOGIT]
+    small = [r for r in runs if peak[id(r)] <= BIG_LOGIT]
+    out["big_runs"], out["small_runs"] = len(big), len(small)
+    out["big_failed"] = sum(fail[id(r)]["failed"] for r in big)
+    out["small_failed"] = sum(fail[id(r)]["failed"] for r in small)
+    out["qk_big"] = sum(r["qk_norm"] for r in big)
+    qkr = [r for r in runs if r["qk_norm"]]
+    ratios = [lg / b for r in qkr for L, B in zip(r["max_logit"], r["gain_bound"], strict=True)
+              for lg, b in zip(L, B, strict=True)]
+    out["bound_ok"] = float(all(x <= 1 + 1e-5 for x in ratios)) if ratios else 0.0
+    out["bound_ratio"] = max(ratios) if ratios else math.nan
+    if qkr:
+        out["qk_bound_0"] = max(qkr[0]["gain_bound"][0])
+    cr = [r for r in runs if r["const"]]
+    for (qk, a, lr), c in cells.items():
+        c = [r for r in c if r["const"]]
+        if not c:
+            continue
+        i, k = lrs.index(lr), f"{'qk' if qk else 'plain'}_{_key(a)}"
+        last = str(max(int(x) for x in c[0]["const"]))
+        out[f"{k}_const0_{i}"] = med([np.median(r["const"]["0"]) for r in c])
+        out[f"{k}_const_{i}"] = med([np.median(r["const"][last]) for r in c])
+        out["const_runs"] = len(c)
+    out["const_total"] = len(cr)
     return {k: float(v) for k, v in out.items()}
 
 
