@@ -71,7 +71,8 @@ from .bytelm import _git_commit, heldout_bits, heldout_windows
 from .corpus import stdlib_corpus, unigram_entropy
 
 __all__ = ["build", "gain_bound", "max_logits", "mitigation_set", "arm_name", "train_run",
-           "summarise", "read_results", "summary", "main", "DATA", "MITIGATIONS"]
+           "failures", "summarise", "read_results", "summary", "main", "DATA", "MITIGATIONS",
+           "ARMS", "SPIKE", "STUCK", "BIG_LOGIT"]
 
 DATA = Path(__file__).resolve().parent / "data" / "stability.json"
 LN2 = math.log(2.0)
