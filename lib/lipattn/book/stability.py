@@ -609,7 +609,7 @@ def main(argv: list[str] | None = None) -> dict:
     """The command line; writes and returns the results dictionary."""
     ap = argparse.ArgumentParser(prog="python -m lipattn.book.stability", description=__doc__)
     ap.add_argument("--lrs", type=float, nargs="+", default=[1e-2, 3e-1, 1.0])
-    ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=640)
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--arms", nargs="+", default=list(ARMS),

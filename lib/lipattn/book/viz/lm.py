@@ -19,7 +19,7 @@ from .._check import as_result
 from ..widgets import Explorer, Slider
 
 __all__ = ["byte_label", "fig_constants", "fig_trajectory", "fig_stability_lr",
-           "fig_stability_training", "SensitiveDirectionExplorer"]
+           "fig_stability_training", "SensitiveDirectionExplorer", "StabilityExplorer"]
 
 #: Windows the explorer offers (the first of the precomputed ones).
 EXPLORER_WINDOWS = 16
@@ -211,7 +211,9 @@ def fig_stability_training(result: dict, lr: float, arm: str = "none") -> Figure
     ax1.set_yscale("log")
     ax1.set_ylabel(r"largest $|$attention logit$|$")
     ax2.set_ylabel("held-out bits/byte")
-    ax2.set_yscale("log")
+    lo, hi = ax2.get_ylim()
+    if hi > 10 * max(lo, 1e-9):      # spikes: a log axis keeps the plateau legible
+        ax2.set_yscale("log")
     for ax in (ax1, ax2):
         ax.set_title(f"peak rate {lr:g}, arm {arm}; one line per seed", fontsize=9)
         ax.legend(fontsize=7.5)
@@ -281,3 +283,81 @@ class SensitiveDirectionExplorer(
         b = m["tokens"][window, j]
         self._title.set_text(f"window {window}, {map}: position 0 holds {100 * e[0]:.2g} %; "
                              f"largest share {e[j]:.1%} at position {j} (byte {byte_label(b)})")
+
+
+#: The shipped sweep's peak rates and mitigation arms, the stability explorer's sliders.
+STABILITY_LRS = (0.01, 0.3, 1.0)
+STABILITY_ARMS = ("none", "warmup", "decay", "zloss", "all")
+
+
+@lru_cache(maxsize=1)
+def _stability_data() -> dict:
+    from .. import stability
+    res = stability.read_results()
+    runs = res["runs"]
+    if sorted({r["lr"] for r in runs}) != list(STABILITY_LRS) or \
+            {r["arm"] for r in runs} != set(STABILITY_ARMS):
+        raise ValueError(f"the explorer expects the rates {STABILITY_LRS} and the arms "
+                         f"{STABILITY_ARMS}; the shipped sweep differs")
+    fails = stability.failures(runs, res["unigram_bits"])
+    cells: dict = {}
+    for r, f in zip(runs, fails, strict=True):
+        cells.setdefault((r["lr"], r["qk_norm"], r["arm"]), []).append(
+            (r["seed"], np.maximum(r["eval_steps"], 1), np.max(r["max_logit"], axis=-1),
+             np.asarray(r["heldout_bits"], float), f))
+    return {"cells": {k: sorted(v, key=lambda x: x[0]) for k, v in cells.items()},
+            "unigram": res["unigram_bits"], "stuck": stability.STUCK,
+            "n_seeds": len({r["seed"] for r in runs}),
+            "steps": max(r["eval_steps"][-1] for r in runs),
+            "logit_max": max(np.max(r["max_logit"]) for r in runs),
+            "bits_max": max(max(r["heldout_bits"]) for r in runs)}
+
+
+class StabilityExplorer(
+        Explorer, name="lm-stability", size=(8.4, 3.3),
+        title="The stability sweep: one line per seed"):
+    """Peak rate, QK-norm and mitigation arm: each seed's largest attention logit and
+    held-out bits/byte through training, from the shipped sweep."""
+
+    lr = Slider(STABILITY_LRS, label="peak learning rate", default=0.3)
+    qk_norm = Slider(("off", "on"), label="QK-norm", default="off")
+    arm = Slider(STABILITY_ARMS, label="mitigations", default="none")
+    presets = {"rate 0.3, no QK-norm": {"lr": 0.3, "qk_norm": "off", "arm": "none"},
+               "rate 0.3, QK-norm": {"lr": 0.3, "qk_norm": "on", "arm": "none"},
+               "rate 1, all mitigations": {"lr": 1.0, "qk_norm": "off", "arm": "all"}}
+
+    def setup(self, fig: Figure):
+        self._d = d = _stability_data()
+        ax1, ax2 = fig.subplots(1, 2)
+        x = [1, d["steps"]]
+        self._logit = [ax1.plot(x, [1, 1], "-", lw=1.2, color=f"C{j}")[0]
+                       for j in range(d["n_seeds"])]
+        self._bits = [ax2.plot(x, [1, 1], "-", lw=1.2, color=f"C{j}",
+                               label=f"seed {j}")[0] for j in range(d["n_seeds"])]
+        ax2.axhline(d["unigram"], color="0.3", ls=":", lw=1.0, label="unigram entropy")
+        ax2.axhline(d["stuck"] * d["unigram"], color="0.6", ls="--", lw=0.8,
+                    label="stuck line")
+        for ax in (ax1, ax2):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlim(1, d["steps"] * 1.1)
+            ax.set_xlabel("training step (step 0 drawn at 1)")
+        ax1.set_ylim(1, d["logit_max"] * 2)
+        ax2.set_ylim(2, max(d["bits_max"] * 1.3, 10))
+        ax1.set_ylabel(r"largest $|$attention logit$|$")
+        ax2.set_ylabel("held-out bits/byte")
+        ax2.legend(fontsize=7, loc="upper right")
+        self._title = fig.suptitle(" ", fontsize=9)
+        return [*self._logit, *self._bits, self._title]
+
+    def update(self, lr: float, qk_norm: str, arm: str) -> None:
+        runs = self._d["cells"][(lr, qk_norm == "on", arm)]
+        for j, (_, st, lg, h, _) in enumerate(runs):
+            self._logit[j].set_data(st, lg)
+            self._bits[j].set_data(st, h)
+        fails = [f for *_, f in runs]
+        n = {k: sum(f[k] for f in fails) for k in ("spiked", "stuck", "diverged")}
+        self._title.set_text(
+            f"rate {lr:g}, QK-norm {qk_norm}, mitigations {arm}: "
+            f"{sum(f['failed'] for f in fails)} of {len(runs)} seeds fail "
+            f"({n['spiked']} spiked, {n['stuck']} stuck, {n['diverged']} diverged)")
