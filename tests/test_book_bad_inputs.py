@@ -156,13 +156,14 @@ def _cheap() -> dict[str, dict[str, Any]]:
     meas, traj = shipped["measure"], shipped["trajectory"]
     tiny_lm = bytelm.build(1, 8, 2, 8)[1]
     qk_model = stability.build(True, 1, 8, 2)[0]
-    sweep_runs = [{"qk_norm": qk, "mitigations": mit, "lr": lr, "seed": s,
+    sweep_runs = [{"qk_norm": qk, "arm": arm, "mitigations": [], "lr": lr, "seed": s,
                    "eval_steps": [0, 10], "heldout_bits": [8.0, 3.0 + lr],
                    "max_logit": [[1.0], [4.0]], "gain_bound": [[2.0], [6.0]] if qk else [],
                    "diverged_at": None, "const": {"0": [1.0], "10": [2.0]}}
                   for lr in (1e-2, 1e-1) for s in (0, 1) for qk in (False, True)
-                  for mit in (False, True)]
-    stab = {"args": {}, "git_commit": "x", "runs": sweep_runs, "cells": []}
+                  for arm in ("none", "all")]
+    stab = {"args": {}, "git_commit": "x", "runs": sweep_runs, "cells": [],
+            "unigram_bits": 4.5}
     # update_measurements writes: a copy, in one fixed place (the sweep runs in a child)
     ck_copy = Path(tempfile.gettempdir()) / "lipattn-lmprobe-sweep" / "m"
     shutil.rmtree(ck_copy, ignore_errors=True)
@@ -174,7 +175,11 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "stability.train_run": dict(qk_norm=True, lr=1e-2, seed=0, mitigations=True, steps=2,
                                     n_layer=1, d=8, n_head=2, context=8, batch=2,
                                     eval_every=1, eval_windows=2, corpus=(text, text)),
-        "stability.summarise": dict(runs=sweep_runs), "stability.summary": dict(result=stab),
+        "stability.summarise": dict(runs=sweep_runs, unigram_bits=4.5),
+        "stability.failures": dict(runs=sweep_runs, unigram_bits=4.5),
+        "stability.mitigation_set": dict(mitigations=("zloss",)),
+        "stability.arm_name": dict(mitigations=("zloss",)),
+        "stability.summary": dict(result=stab),
         "stability.read_results": dict(),
         "viz.lm.fig_stability_lr": dict(result=stab),
         "viz.lm.fig_stability_training": dict(result=stab, lr=0.1),
@@ -425,6 +430,8 @@ KINDS = {
     "bytelm.heldout_bits.windows": "array", "corpus.stdlib_corpus.root": "path",
     "stability.read_results.path": "path", "stability.train_run.keep_at": "obj",
     "stability.train_run.corpus": "obj", "stability.summarise.runs": "obj",
+    "stability.failures.runs": "obj", "stability.train_run.mitigations": "obj",
+    "stability.mitigation_set.mitigations": "obj", "stability.arm_name.mitigations": "obj",
 }
 
 #: Callables the sweep leaves out, with the reason.

@@ -69,40 +69,109 @@ def test_short_retrain_keeps_the_direction_of_the_page(corpus):
         assert qk["heldout_bits"][-1] < qk["heldout_bits"][0]
 
 
-def test_mitigations_change_the_loss_and_the_weights(corpus):
-    kw = dict(qk_norm=False, lr=3e-3, seed=0, steps=4, eval_every=2, corpus=corpus)
-    a, b = st.train_run(mitigations=False, **kw), st.train_run(mitigations=True, **kw)
-    assert a["heldout_bits"][0] == b["heldout_bits"][0]        # same initialisation
-    assert a["heldout_bits"][-1] != b["heldout_bits"][-1]
+def test_mitigation_names_and_arms():
+    assert st.mitigation_set(True) == ("warmup", "decay", "zloss")
+    assert st.mitigation_set(False) == ()
+    assert st.mitigation_set(["zloss", "warmup"]) == ("warmup", "zloss")
+    assert st.mitigation_set(frozenset({"decay"})) == ("decay",)
+    assert st.arm_name(()) == "none" and st.arm_name(True) == "all"
+    assert st.arm_name(("zloss", "decay")) == "decay+zloss"
+    with pytest.raises(ValueError, match="mitigations"):
+        st.mitigation_set(["warmup", "warmup"])
+    with pytest.raises(ValueError, match="mitigations"):
+        st.mitigation_set(["clip"])
+    with pytest.raises(TypeError, match="mitigations"):
+        st.mitigation_set("warmup")          # a bare string is not a collection
 
 
-def _fake(lrs=(1e-2, 1e-1), seeds=(0, 1)):
+def test_each_mitigation_acts_only_through_its_setting(corpus):
+    """Switched on with its setting at zero, a mitigation changes nothing (the
+    same seed gives the same run); with its setting on, it changes the run."""
+    kw = dict(qk_norm=False, lr=3e-3, seed=0, steps=6, eval_every=3, corpus=corpus)
+    none = st.train_run(mitigations=(), warmup_frac=0.5, **kw)
+    off = {"warmup": dict(warmup_frac=0.0), "decay": dict(decay=0.0, warmup_frac=0.5),
+           "zloss": dict(z_loss=0.0, warmup_frac=0.5)}
+    for m in st.MITIGATIONS:
+        on = st.train_run(mitigations=(m,), warmup_frac=0.5, **kw)   # 3 warm-up steps
+        zero = st.train_run(mitigations=(m,), **kw, **off[m])
+        assert on["arm"] == m and on["mitigations"] == [m]
+        assert on["heldout_bits"][0] == none["heldout_bits"][0]   # same init
+        assert zero["heldout_bits"] == none["heldout_bits"]
+        assert on["heldout_bits"][-1] != none["heldout_bits"][-1]
+    both = st.train_run(mitigations=True, warmup_frac=0.5, **kw)
+    assert both["arm"] == "all"
+    assert both["mitigations"] == ["warmup", "decay", "zloss"]
+
+
+def _run(lr, seed, h, qk=False, arm="none", logit=4.0, diverged=None):
+    n = len(h)
+    return {"qk_norm": qk, "arm": arm, "mitigations": [], "lr": lr, "seed": seed,
+            "eval_steps": list(range(0, 10 * n, 10)), "heldout_bits": list(h),
+            "max_logit": [[1.0]] * (n - 1) + [[logit]],
+            "gain_bound": [[8.0]] * n if qk else [], "diverged_at": diverged,
+            "const": {}}
+
+
+def test_failures_by_hand():
+    H = 4.5
+    runs = [_run(0.01, 0, [8, 4, 3.0]),                  # reference, learns
+            _run(0.3, 0, [8, 4.3, 4.2]),                 # stuck: >= 0.9 H = 4.05
+            _run(1.0, 0, [8, 4.0, 5.2, 3.9]),            # spike: 5.2 - 4.0 > 1
+            _run(0.01, 1, [8, 4.3, 4.2]),                # reference does not learn
+            _run(0.3, 1, [8, 4.3, 4.2]),                 # so not stuck
+            _run(1.0, 1, [8, 4.0, 4.9], diverged=20)]    # diverged, no spike
+    F = st.failures(runs, H)
+    assert [f["stuck"] for f in F] == [False, True, False, False, False, False]
+    assert [f["spiked"] for f in F] == [False, False, True, False, False, False]
+    assert [f["diverged"] for f in F] == [False] * 5 + [True]
+    assert [f["failed"] for f in F] == [False, True, True, False, False, True]
+    assert math.isclose(F[2]["rise"], 1.2) and F[0]["rise"] == 0.0
+    # the thresholds are parameters
+    assert not st.failures(runs, H, spike=1.5)[2]["spiked"]
+    assert not st.failures(runs, H, stuck=0.95)[1]["stuck"]
+    with pytest.raises(ValueError, match="spike"):
+        st.failures(runs, H, spike=0.0)
+    with pytest.raises(ValueError, match="unigram_bits"):
+        st.failures(runs, -1.0)
+
+
+def _fake(lrs=(1e-2, 1e-1), seeds=(0, 1), arms=("none", "zloss")):
     runs = []
     for lr in lrs:
         for s in seeds:
             for qk in (False, True):
-                for mit in (False, True):
-                    bad = lr == lrs[-1] and not qk
-                    h = [8.0, 4.0, 4.6 if bad else 3.0]
-                    runs.append({"qk_norm": qk, "mitigations": mit, "lr": lr, "seed": s,
+                for arm in arms:
+                    bad = lr == lrs[-1] and not qk and arm == "none"
+                    h = [8.0, 4.0, 4.4 if bad else 3.0]
+                    runs.append({"qk_norm": qk, "arm": arm, "mitigations": [],
+                                 "lr": lr, "seed": s,
                                  "eval_steps": [0, 10, 20], "heldout_bits": h,
-                                 "max_logit": [[1.0], [5.0], [900.0 if bad else 4.0]],
+                                 "max_logit": [[1.0], [5.0], [2e4 if bad else 4.0]],
                                  "gain_bound": [[2.0], [6.0], [8.0]] if qk else [],
                                  "diverged_at": None, "const": {}})
-    return {"args": {}, "git_commit": "x", "runs": runs, "cells": []}
+    return {"args": {}, "git_commit": "x", "runs": runs, "cells": [],
+            "unigram_bits": 4.5}
 
 
 def test_summary_counts_what_it_says():
     S = st.summary(_fake())
     assert S["n_runs"] == 16 and S["n_seeds"] == 2 and S["steps"] == 20
-    assert S["plain_unstable"] == 2 and S["mit_unstable"] == 2 and S["qk_unstable"] == 0
-    assert S["wins_top"] == 2 and S["pairs_top"] == 2
-    assert S["logit_wins"] == 4 and S["logit_pairs"] == 8
-    assert S["plain_first_bad_lr"] == 0.1 and S["bound_ok"] == 1.0
-    # Wortsman's LR sensitivity: mean of min(L, L0) minus the best: (3 + 4.6)/2 - 3
-    assert math.isclose(S["plain_sens"], 0.8) and S["qk_sens"] == 0.0
-    rows = st.summarise(_fake()["runs"])
-    assert len(rows) == 8 and rows[1]["spiked"] == 2
+    assert S["n_arms"] == 2 and S["eval_every"] == 10
+    assert math.isclose(S["stuck_bits"], 0.9 * 4.5)
+    # plain, no mitigation, at the top rate: both seeds stuck (4.4 >= 4.05)
+    assert S["plain_none_stuck1"] == 2 and S["plain_none_failed1"] == 2
+    assert S["plain_zloss_failed1"] == 0 and S["qk_none_failed1"] == 0
+    assert S["plain_failed"] == 2 and S["qk_failed"] == 0 and S["failed"] == 2
+    assert S["qkwins1"] == 2 and S["qkpairs1"] == 4 and S["qkfix1"] == 2
+    assert S["plain_zloss_fix1"] == 2 and S["plain_zloss_break1"] == 0
+    assert math.isclose(S["plain_zloss_dbits1"], -1.4)
+    assert S["big_runs"] == 2 and S["big_failed"] == 2 and S["small_failed"] == 0
+    assert S["bound_ok"] == 1.0 and math.isclose(S["bound_ratio"], 5 / 6)
+    assert math.isclose(S["plain_none_bits1"], 4.4)
+    # Wortsman's LR sensitivity: mean of min(L, L0) minus the best: (3 + 4.4)/2 - 3
+    assert math.isclose(S["plain_sens_none"], 0.7) and S["qk_sens_none"] == 0.0
+    rows = st.summarise(_fake()["runs"], 4.5)
+    assert len(rows) == 8 and rows[1]["stuck"] == 2 and rows[1]["arm"] == "none"
 
 
 def test_summary_and_reader_refuse_bad_input(tmp_path):
@@ -116,31 +185,40 @@ def test_summary_and_reader_refuse_bad_input(tmp_path):
         st.train_run(qk_norm=False, lr=0.0, seed=0, mitigations=False)
     with pytest.raises(TypeError, match="corpus"):
         st.train_run(qk_norm=False, lr=0.1, seed=0, mitigations=False, corpus=(b"a", b"b"))
+    with pytest.raises(ValueError, match="mitigations"):
+        st.train_run(qk_norm=False, lr=0.1, seed=0, mitigations=("clip",))
 
 
 def test_shipped_results_have_the_design_the_page_states():
     R = st.read_results()
     S = st.summary(R)
-    rows = st.summarise(R["runs"])
-    assert len(rows) == 4 * S["n_lrs"] and all(r["runs"] == S["n_seeds"] >= 8 for r in rows)
+    rows = st.summarise(R["runs"], R["unigram_bits"])
+    assert len(rows) == 2 * S["n_arms"] * S["n_lrs"]
+    assert all(r["runs"] == S["n_seeds"] >= 3 for r in rows)
+    assert {r["arm"] for r in rows} == set(st.ARMS)
     assert S["bound_ok"] == 1.0
     assert R["git_commit"] != "unknown" and not R["git_commit"].endswith("+dirty")
+    # the cells stored in the file are the ones the module computes now
+    assert rows == R["cells"]
     # the page's main statement, on the shipped runs
-    assert S["plain_logit_top"] > 10 * S["qk_logit_top"]
+    assert S["plain_none_logit1"] > 10 * S["qk_none_logit1"]
 
 
-def test_stability_figures_draw_the_medians():
+def test_stability_figures_draw_the_runs():
     from lipattn.book.viz import lm as lmviz
     R = _fake()
-    fig = lmviz.fig_stability_lr(R)
+    fig = lmviz.fig_stability_lr(R, arms=("none",))
     ax1 = fig.axes[0]
     meds = [np.median([r["heldout_bits"][-1] for r in R["runs"] if r["lr"] == lr
-                       and not r["qk_norm"] and not r["mitigations"]]) for lr in (1e-2, 1e-1)]
+                       and not r["qk_norm"] and r["arm"] == "none"]) for lr in (1e-2, 1e-1)]
     assert np.allclose(ax1.lines[0].get_ydata(), meds)
     fig = lmviz.fig_stability_training(R, 1e-1)
-    assert np.allclose(fig.axes[0].lines[0].get_ydata(), [1.0, 5.0, 900.0])
+    assert np.allclose(fig.axes[0].lines[0].get_ydata(), [1.0, 5.0, 2e4])
+    assert np.allclose(fig.axes[1].lines[0].get_ydata(), [8.0, 4.0, 4.4])
     with pytest.raises(ValueError, match="lr"):
         lmviz.fig_stability_training(R, 0.5)
+    with pytest.raises(ValueError, match="arms"):
+        lmviz.fig_stability_lr(R, arms=("decay",))
 
 
 def _rms(x, g, eps=1e-6):

@@ -40,3 +40,23 @@ def test_figures_draw_what_they_are_given():
                        np.median(traj["max_logit"][:, :, 2], axis=1))
     with pytest.raises(ValueError, match="meas"):
         lmviz.fig_constants({"block": meas["block"]})
+
+
+def test_stability_explorer_draws_the_shipped_seeds():
+    """The explorer's lines are the shipped records of the chosen cell, seed by
+    seed, and its title counts the failures that stability.failures finds."""
+    from lipattn.book import stability
+    R = stability.read_results()
+    F = stability.failures(R["runs"], R["unigram_bits"])
+    ex = lmviz.StabilityExplorer()
+    for lr, qk, arm in ((0.3, "off", "none"), (1.0, "on", "all")):
+        ex.render(lr=lr, qk_norm=qk, arm=arm)
+        rs = sorted((r["seed"], i) for i, r in enumerate(R["runs"])
+                    if r["lr"] == lr and r["qk_norm"] == (qk == "on") and r["arm"] == arm)
+        for j, (_, i) in enumerate(rs):
+            r = R["runs"][i]
+            assert np.allclose(ex._bits[j].get_ydata(), r["heldout_bits"])
+            assert np.allclose(ex._logit[j].get_ydata(),
+                               [max(x) for x in r["max_logit"]])
+        n = sum(F[i]["failed"] for _, i in rs)
+        assert f": {n} of {len(rs)} seeds fail" in ex._title.get_text()

@@ -19,7 +19,7 @@ from .._check import as_result
 from ..widgets import Explorer, Slider
 
 __all__ = ["byte_label", "fig_constants", "fig_trajectory", "fig_stability_lr",
-           "fig_stability_training", "SensitiveDirectionExplorer"]
+           "fig_stability_training", "SensitiveDirectionExplorer", "StabilityExplorer"]
 
 #: Windows the explorer offers (the first of the precomputed ones).
 EXPLORER_WINDOWS = 16
@@ -92,42 +92,56 @@ def fig_trajectory(traj: dict) -> Figure:
     return fig
 
 
-_ARMS = ((False, False, "C0", "-", "no QK-norm"), (False, True, "C0", "--",
-                                                     "no QK-norm + mitigations"),
-         (True, False, "C1", "-", "QK-norm"), (True, True, "C1", "--", "QK-norm + mitigations"))
+_LS = {"none": "-", "warmup": "--", "decay": "-.", "zloss": ":", "all": (0, (5, 1, 1, 1))}
 
 
 def _sweep(result: dict) -> tuple[list[dict], list[float]]:
     res = as_result(result, "result", ("runs",),
                     producer="lipattn.book.stability.read_results")
     runs = res["runs"]
-    if not isinstance(runs, list) or not runs:
-        raise ValueError("result['runs'] must be a non-empty list of runs")
+    if not isinstance(runs, list) or not runs or not all(
+            isinstance(r, dict) and {"lr", "qk_norm", "arm", "heldout_bits"} <= set(r)
+            for r in runs):
+        raise ValueError("result['runs'] must be a non-empty list of stability runs")
     return runs, sorted({r["lr"] for r in runs})
 
 
-def fig_stability_lr(result: dict) -> Figure:
-    """Against the peak learning rate, per arm (QK-norm on/off, mitigations on/off):
-    the final held-out bits/byte (left) and the final largest attention logit of any
-    layer (right, with QK-norm's gain bound dotted); medians over seeds, bars from
-    the 10 % to the 90 % quantile. Diverged runs are left out of the quantiles."""
+def _arms(runs: list[dict], arms) -> tuple[str, ...]:
+    have = {r["arm"] for r in runs}
+    if isinstance(arms, str) or not isinstance(arms, (tuple, list)) or not arms \
+            or not all(isinstance(a, str) and a in have for a in arms):
+        raise ValueError(f"arms must be a non-empty tuple of the sweep's arms "
+                         f"{sorted(have)}; got {arms!r}")
+    return tuple(arms)
+
+
+def fig_stability_lr(result: dict, arms: tuple = ("none", "all")) -> Figure:
+    """Against the peak learning rate, per QK-norm setting and mitigation arm in
+    ``arms``: the final held-out bits/byte (left) and the final largest attention
+    logit of any layer (right, log scale, with QK-norm's gain bound dotted, arm
+    ``none``); medians over seeds, bars from the 10 % to the 90 % quantile.
+    Diverged runs are left out of the quantiles."""
     runs, lrs = _sweep(result)
+    arms = _arms(runs, arms)
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.4)
-    for k, (qk, mit, col, ls, lab) in enumerate(_ARMS):
-        x = np.array(lrs) * (1.06 if k % 2 else 1 / 1.06) ** (1 if qk else 0.3)
+    combos = [(qk, a) for qk in (False, True) for a in arms]
+    for k, (qk, arm) in enumerate(combos):
+        col = "C1" if qk else "C0"
+        lab = ("QK-norm" if qk else "no QK-norm") + ("" if arm == "none" else f", {arm}")
+        x = np.array(lrs) * 1.04 ** (k - (len(combos) - 1) / 2)
         for ax, get in ((ax1, lambda r: r["heldout_bits"][-1]),
                         (ax2, lambda r: max(r["max_logit"][-1]))):
             q = np.array([np.quantile([get(r) for r in runs if r["lr"] == lr
-                                       and r["qk_norm"] == qk and r["mitigations"] == mit
-                                       and r["diverged_at"] is None], [0.1, 0.5, 0.9])
-                          for lr in lrs])
+                                       and r["qk_norm"] == qk and r["arm"] == arm
+                                       and r["diverged_at"] is None] or [np.nan],
+                                      [0.1, 0.5, 0.9]) for lr in lrs])
             ax.errorbar(x, q[:, 1], yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], fmt="o",
-                        ls=ls, color=col, ms=4, capsize=2, lw=1.3,
+                        ls=_LS.get(arm, "-"), color=col, ms=4, capsize=2, lw=1.3,
                         label=lab if ax is ax1 else None)
-        if qk and not mit:
+        if qk and arm == arms[0]:
             b = [np.median([max(r["gain_bound"][-1]) for r in runs if r["lr"] == lr
-                            and r["qk_norm"] and not r["mitigations"]]) for lr in lrs]
-            ax2.plot(lrs, b, ":", color=col, lw=1.5, label="gain bound (QK-norm)")
+                            and r["qk_norm"] and r["arm"] == arm]) for lr in lrs]
+            ax2.plot(lrs, b, ":", color=col, lw=1.5, label=f"gain bound ({arm})")
     for ax in (ax1, ax2):
         ax.set_xscale("log")
         ax.set_xlabel("peak learning rate")
@@ -139,56 +153,70 @@ def fig_stability_lr(result: dict) -> Figure:
     return fig
 
 
-def fig_stability_training(result: dict, lr: float) -> Figure:
-    """Through training at the peak rate ``lr``, mitigations off, QK-norm off and on:
-    the largest attention logit (any layer) with QK-norm's gain bound (top left), the
-    held-out bits/byte (top right), medians over seeds with a 10-90 % band; the exact
-    local constant of the stack of blocks at checkpoints, median over windows, one
-    line per measured run, at the sweep's smallest and largest rates (bottom)."""
+def _seed_curves(ax_logit, ax_bits, runs: list[dict], lr: float, arm: str,
+                 unigram: float | None = None) -> list:
+    """Per seed, the largest logit (any layer) and the held-out bits/byte against the
+    step, QK-norm off (C0) and on (C1); returns the lines."""
+    lines = []
+    for qk, col, lab in ((False, "C0", "no QK-norm"), (True, "C1", "QK-norm")):
+        rs = sorted((r for r in runs if r["lr"] == lr and r["qk_norm"] == qk
+                     and r["arm"] == arm), key=lambda r: r["seed"])
+        for j, r in enumerate(rs):
+            st = np.maximum(r["eval_steps"], 1)
+            lines += ax_logit.plot(st, np.max(r["max_logit"], axis=-1), "-", color=col,
+                                   lw=1.0, alpha=0.8, label=lab if j == 0 else None)
+            lines += ax_bits.plot(st, r["heldout_bits"], "-", color=col, lw=1.0,
+                                  alpha=0.8, label=lab if j == 0 else None)
+    if unigram is not None:
+        ax_bits.axhline(unigram, color="0.4", ls=":", lw=1.0, label="unigram entropy")
+    return lines
+
+
+def fig_stability_training(result: dict, lr: float, arm: str = "none") -> Figure:
+    """Through training at the peak rate ``lr``, mitigation arm ``arm``, QK-norm off
+    and on, one line per seed: the largest attention logit (any layer, top left)
+    and the held-out bits/byte (top right, with the held-out unigram entropy
+    dotted); the exact local constant of the stack of blocks at checkpoints,
+    median over windows, one line per measured run of that arm, at the (at most
+    two) rates with measured runs (bottom)."""
     runs, lrs = _sweep(result)
     if lr not in lrs:
         raise ValueError(f"lr must be one of the sweep's rates {lrs}; got {lr!r}")
+    arm = _arms(runs, (arm,))[0]
     fig, axes = plotting.figure(2, 2, width=8.4, height=6.2)
     (ax1, ax2), (ax3, ax4) = axes
-    for qk, col, lab in ((False, "C0", "no QK-norm"), (True, "C1", "QK-norm")):
-        rs = [r for r in runs if r["lr"] == lr and r["qk_norm"] == qk
-              and not r["mitigations"] and r["diverged_at"] is None]
-        steps = np.maximum(rs[0]["eval_steps"], 1)
-        for ax, key in ((ax1, "max_logit"), (ax2, "heldout_bits")):
-            a = np.array([np.max(r[key], axis=-1) if key == "max_logit" else r[key]
-                          for r in rs])
-            lo, mid, hi = np.quantile(a, [0.1, 0.5, 0.9], axis=0)
-            ax.fill_between(steps, lo, hi, color=col, alpha=0.2, lw=0)
-            ax.plot(steps, mid, "-", color=col, lw=1.5, label=lab)
-        if qk:
-            b = np.median([np.max(r["gain_bound"], axis=-1) for r in rs], axis=0)
-            ax1.plot(steps, b, ":", color=col, lw=1.5, label="gain bound")
-    for ax, rate in ((ax3, lrs[0]), (ax4, lrs[-1])):
+    _seed_curves(ax1, ax2, runs, lr, arm, result.get("unigram_bits"))
+    crates = sorted({r["lr"] for r in runs if r["const"] and r["arm"] == arm})[:2]
+    for ax, rate in zip((ax3, ax4), crates + [None] * (2 - len(crates)), strict=True):
+        if rate is None:
+            ax.set_axis_off()
+            continue
         for qk, col, lab in ((False, "C0", "no QK-norm"), (True, "C1", "QK-norm")):
             first = True
             for r in runs:
-                if r["lr"] != rate or r["qk_norm"] != qk or not r["const"]:
+                if r["lr"] != rate or r["qk_norm"] != qk or not r["const"] \
+                        or r["arm"] != arm:
                     continue
                 st = sorted(int(k) for k in r["const"])
                 ax.plot(np.maximum(st, 1), [np.median(r["const"][str(k)]) for k in st],
                         "o-", color=col, ms=3, lw=1, label=lab if first else None)
                 first = False
         ax.set_yscale("log")
-        lo, hi = ax.get_ylim()
-        if hi < 10 * lo:            # less than a decade: a linear axis reads better
-            ax.set_yscale("linear")
         ax.set_ylabel("exact constant (median)")
         ax.set_title(f"blocks' constant, peak rate {rate:g}", fontsize=9)
+        ax.set_xscale("log")
+        ax.set_xlabel("training step (step 0 drawn at 1)")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7.5)
     ax1.set_yscale("log")
     ax1.set_ylabel(r"largest $|$attention logit$|$")
     ax2.set_ylabel("held-out bits/byte")
-    ax1.set_title(f"peak rate {lr:g}", fontsize=9)
-    ax2.set_title(f"peak rate {lr:g}", fontsize=9)
-    ax1.legend(fontsize=7.5)
-    ax2.legend(fontsize=7.5)
-    for ax in (ax1, ax2, ax3, ax4):
+    lo, hi = ax2.get_ylim()
+    if hi > 10 * max(lo, 1e-9):      # spikes: a log axis keeps the plateau legible
+        ax2.set_yscale("log")
+    for ax in (ax1, ax2):
+        ax.set_title(f"peak rate {lr:g}, arm {arm}; one line per seed", fontsize=9)
+        ax.legend(fontsize=7.5)
         ax.set_xscale("log")
         ax.set_xlabel("training step (step 0 drawn at 1)")
     return fig
@@ -255,3 +283,81 @@ class SensitiveDirectionExplorer(
         b = m["tokens"][window, j]
         self._title.set_text(f"window {window}, {map}: position 0 holds {100 * e[0]:.2g} %; "
                              f"largest share {e[j]:.1%} at position {j} (byte {byte_label(b)})")
+
+
+#: The shipped sweep's peak rates and mitigation arms, the stability explorer's sliders.
+STABILITY_LRS = (0.01, 0.3, 1.0)
+STABILITY_ARMS = ("none", "warmup", "decay", "zloss", "all")
+
+
+@lru_cache(maxsize=1)
+def _stability_data() -> dict:
+    from .. import stability
+    res = stability.read_results()
+    runs = res["runs"]
+    if sorted({r["lr"] for r in runs}) != list(STABILITY_LRS) or \
+            {r["arm"] for r in runs} != set(STABILITY_ARMS):
+        raise ValueError(f"the explorer expects the rates {STABILITY_LRS} and the arms "
+                         f"{STABILITY_ARMS}; the shipped sweep differs")
+    fails = stability.failures(runs, res["unigram_bits"])
+    cells: dict = {}
+    for r, f in zip(runs, fails, strict=True):
+        cells.setdefault((r["lr"], r["qk_norm"], r["arm"]), []).append(
+            (r["seed"], np.maximum(r["eval_steps"], 1), np.max(r["max_logit"], axis=-1),
+             np.asarray(r["heldout_bits"], float), f))
+    return {"cells": {k: sorted(v, key=lambda x: x[0]) for k, v in cells.items()},
+            "unigram": res["unigram_bits"], "stuck": stability.STUCK,
+            "n_seeds": len({r["seed"] for r in runs}),
+            "steps": max(r["eval_steps"][-1] for r in runs),
+            "logit_max": max(np.max(r["max_logit"]) for r in runs),
+            "bits_max": max(max(r["heldout_bits"]) for r in runs)}
+
+
+class StabilityExplorer(
+        Explorer, name="lm-stability", size=(8.4, 3.3),
+        title="The stability sweep: one line per seed"):
+    """Peak rate, QK-norm and mitigation arm: each seed's largest attention logit and
+    held-out bits/byte through training, from the shipped sweep."""
+
+    lr = Slider(STABILITY_LRS, label="peak learning rate", default=0.3)
+    qk_norm = Slider(("off", "on"), label="QK-norm", default="off")
+    arm = Slider(STABILITY_ARMS, label="mitigations", default="none")
+    presets = {"rate 0.3, no QK-norm": {"lr": 0.3, "qk_norm": "off", "arm": "none"},
+               "rate 0.3, QK-norm": {"lr": 0.3, "qk_norm": "on", "arm": "none"},
+               "rate 1, all mitigations": {"lr": 1.0, "qk_norm": "off", "arm": "all"}}
+
+    def setup(self, fig: Figure):
+        self._d = d = _stability_data()
+        ax1, ax2 = fig.subplots(1, 2)
+        x = [1, d["steps"]]
+        self._logit = [ax1.plot(x, [1, 1], "-", lw=1.2, color=f"C{j}")[0]
+                       for j in range(d["n_seeds"])]
+        self._bits = [ax2.plot(x, [1, 1], "-", lw=1.2, color=f"C{j}",
+                               label=f"seed {j}")[0] for j in range(d["n_seeds"])]
+        ax2.axhline(d["unigram"], color="0.3", ls=":", lw=1.0, label="unigram entropy")
+        ax2.axhline(d["stuck"] * d["unigram"], color="0.6", ls="--", lw=0.8,
+                    label="stuck line")
+        for ax in (ax1, ax2):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlim(1, d["steps"] * 1.1)
+            ax.set_xlabel("training step (step 0 drawn at 1)")
+        ax1.set_ylim(1, d["logit_max"] * 2)
+        ax2.set_ylim(2, max(d["bits_max"] * 1.3, 10))
+        ax1.set_ylabel(r"largest $|$attention logit$|$")
+        ax2.set_ylabel("held-out bits/byte")
+        ax2.legend(fontsize=7, loc="upper right")
+        self._title = fig.suptitle(" ", fontsize=9)
+        return [*self._logit, *self._bits, self._title]
+
+    def update(self, lr: float, qk_norm: str, arm: str) -> None:
+        runs = self._d["cells"][(lr, qk_norm == "on", arm)]
+        for j, (_, st, lg, h, _) in enumerate(runs):
+            self._logit[j].set_data(st, lg)
+            self._bits[j].set_data(st, h)
+        fails = [f for *_, f in runs]
+        n = {k: sum(f[k] for f in fails) for k in ("spiked", "stuck", "diverged")}
+        self._title.set_text(
+            f"rate {lr:g}, QK-norm {qk_norm}, mitigations {arm}: "
+            f"{sum(f['failed'] for f in fails)} of {len(runs)} seeds fail "
+            f"({n['spiked']} spiked, {n['stuck']} stuck, {n['diverged']} diverged)")
