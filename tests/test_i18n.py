@@ -9,7 +9,10 @@
   build's execution cache, glue roles in translated text render, a glued
   Markdown or HTML paste (a quiz) is the page's Chinese one, every page
   links to its twin, untranslated pages say so, figures take their alt text
-  from figures.po, a second build of both languages changes nothing.
+  from figures.po and explorers their texts from explorers.po, a second
+  build of both languages changes nothing.
+* explorers.po is complete, and (marker ``book``) holds every text of the
+  built English site's players.
 * The built site (marker ``book``): both editions have the same pages, the
   same glued numbers, and their links to each other.
 """
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from lipattn.book.sphinxext import translated_pages
+from lipattn.book.sphinxext import EXPLORERS_DOMAIN, translated_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCALE = ROOT / "locale" / "zh_CN" / "LC_MESSAGES"
@@ -723,6 +726,38 @@ def _player(page: str) -> dict:
             "note": said(root.select_one(".lp-note")),
             "alt": root.select_one("img.lp-frame")["alt"],
             "data": json.loads(root.select_one("script.lp-data").string)}
+
+
+def _tags(text: str) -> Counter:
+    return Counter(re.findall(r"</?[a-z][^>]*>", text))
+
+
+def test_the_explorers_catalogue_is_complete():
+    """explorers.po (the players' texts) is translated: no untranslated,
+    fuzzy or obsolete entry, markup and HTML tags kept, ``{n}`` kept."""
+    po = LOCALE / f"{EXPLORERS_DOMAIN}.po"
+    assert po.is_file(), "no explorers.po: run `make html-en`, then `make gettext`"
+    problems = po_problems(po)
+    for msg in _read(po):
+        if msg.id and msg.string:
+            if _tags(msg.id) != _tags(msg.string):
+                problems.append(f"HTML tags not kept in {msg.id[:60]!r}")
+            if msg.string.count("{n}") != msg.id.count("{n}"):
+                problems.append(f"{{n}} not kept in {msg.id[:60]!r}")
+    assert not problems, "explorers.po:\n  " + "\n  ".join(problems[:20])
+
+
+@pytest.mark.book
+def test_the_explorers_catalogue_is_in_step_with_the_english(built_html: Path, tmp_path: Path):
+    """Every text of the English site's players is in explorers.po (else the
+    English changed, or an explorer was added, and `make gettext` was not run)."""
+    from lipattn.book.sphinxext import explorers_pot
+
+    pot = tmp_path / "explorers.pot"
+    assert explorers_pot(built_html, pot) > 0
+    missing = missing_messages(pot, LOCALE / f"{EXPLORERS_DOMAIN}.po")
+    assert not missing, (f"explorers.po lacks texts of the English players (`make gettext`, "
+                         f"then translate): {missing[:5]}")
 
 
 def _check_translated_player(zh: dict, en: dict, lang: str) -> None:

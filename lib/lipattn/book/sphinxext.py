@@ -85,6 +85,14 @@ It does what ``_config.yml`` alone cannot:
    alt texts into ``figures.pot`` (:func:`figures_pot`), translated in
    ``<locale>/<language>/LC_MESSAGES/figures.po``; the translation's figures
    take their alt text from there (:func:`alt_catalogue`), else the English.
+   The explorers' players are written by the kernel too (their texts are in
+   the explorers' declarations): ``make gettext`` collects every
+   word-bearing text of the English pages' players (title, control names,
+   value texts, presets, note; :func:`explorers_pot`) into
+   ``explorers.pot`` (``explorers.po``), and the translation's players show
+   those texts translated, in their HTML and in the data their script reads
+   (frames untouched); texts without a translation stay English, marked
+   ``lang="en"``.
 """
 
 from __future__ import annotations
