@@ -631,8 +631,8 @@ def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None,
         page = re.sub(
             r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>', "", page)
     # the visible text "Search Ctrl+K" is the search buttons' name (axe:
-    # label-content-name-mismatch with aria-label="Search")
-    page = re.sub(r'(<button class="btn search-button-field[^"]*"[^>]*?) aria-label="Search"',
+    # label-content-name-mismatch with aria-label="Search", or a translation's "搜索")
+    page = re.sub(r'(<button class="btn search-button-field[^"]*"[^>]*?) aria-label="[^"]*"',
                   r"\1", page)
     # the bibliography: a list of list items (role doc-biblioentry is deprecated,
     # and a list needs listitem children: axe aria-required-children)
