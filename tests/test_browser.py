@@ -664,3 +664,55 @@ def test_chinese_edition_search_finds_chinese_words(driver, server, term):
     """The Chinese edition's search index splits Chinese text with jieba."""
     found = _search(driver, server, term, edition="zh/")
     assert any("/zh/chapters/" in url for url in found), found
+
+
+_CJK = "[\u3400-\u9fff]"
+
+
+@pytest.mark.parametrize("page", ["chapters/01_softmax_jacobian.html",
+                                  "chapters/04_prenorm_postnorm.html"])
+def test_chinese_edition_explorers(driver, server, built_html, page):
+    """The zh edition's players speak Chinese (from explorers.po) and still
+    work: a control's new value text, its aria-valuetext and the frame's alt
+    text come from the translated data, and the frame changes."""
+    import re
+
+    assert (built_html / "zh" / page).is_file(), "the Chinese edition is not built (make html-zh)"
+    _load(driver, f"{server}/zh/{page}")
+    players = driver.find_elements("css selector", ".lipattn-player")
+    assert len(players) >= PAGES[page]
+    for player in players:
+        assert player.get_attribute("lang") == "zh-Hans"
+        data = json.loads(player.find_element("css selector", "script.lp-data")
+                          .get_attribute("textContent"))
+        title = player.find_element("css selector", ".lp-title").text
+        assert re.search(_CJK, title) and title == data["title"]
+        img = player.find_element("css selector", "img.lp-frame")
+        for i, ctl in enumerate(player.find_elements("css selector", ".lp-control")):
+            frame = player.get_attribute("data-frame")
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", ctl)
+            if ctl.tag_name == "input":
+                name = ctl.find_element("xpath", "preceding-sibling::span").text
+                top = int(ctl.get_attribute("max"))
+                k = 0 if int(ctl.get_attribute("value")) > 0 else top
+                driver.execute_script(
+                    "arguments[0].value = arguments[1];"
+                    "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", ctl, k)
+                out = ctl.find_element("xpath", "following-sibling::output").text
+                assert out == data["labels"][i][k] == ctl.get_attribute("aria-valuetext")
+            else:
+                name = ctl.find_element("css selector", "legend").text
+                radios = ctl.find_elements("css selector", "input[type=radio]")
+                k = next(j for j, r in enumerate(radios) if not r.is_selected())
+                driver.execute_script("arguments[0].click()", radios[k])
+                label = radios[k].find_element("xpath", "..").text.strip()
+                assert label == data["labels"][i][k]
+            assert name == data["names"][i]
+            assert player.get_attribute("data-frame") != frame
+            alt = img.get_attribute("alt")
+            assert alt.startswith(data["title"] + ": ") and f"{name} {data['labels'][i][k]}" in alt
+        # every text has its translation (explorers.po is complete): none left English
+        left = player.find_elements("css selector", '[lang="en"]')
+        assert not left, [e.text for e in left]
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe

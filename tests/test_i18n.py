@@ -9,7 +9,10 @@
   build's execution cache, glue roles in translated text render, a glued
   Markdown or HTML paste (a quiz) is the page's Chinese one, every page
   links to its twin, untranslated pages say so, figures take their alt text
-  from figures.po, a second build of both languages changes nothing.
+  from figures.po and explorers their texts from explorers.po, a second
+  build of both languages changes nothing.
+* explorers.po is complete, and (marker ``book``) holds every text of the
+  built English site's players.
 * The built site (marker ``book``): both editions have the same pages, the
   same glued numbers, and their links to each other.
 """
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from lipattn.book.sphinxext import translated_pages
+from lipattn.book.sphinxext import EXPLORERS_DOMAIN, translated_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCALE = ROOT / "locale" / "zh_CN" / "LC_MESSAGES"
@@ -340,6 +343,30 @@ plotting.glue_figure("fig-line", fig, "A straight line.")
 A line.
 ```
 
+```{code-cell} ipython3
+:tags: [remove-input]
+import numpy as np
+from lipattn.book.widgets import Explorer, Slider
+
+
+class Tiny(Explorer, name="tiny", size=(4.0, 2.0), title="A tiny explorer: y = a·x"):
+    slope = Slider([0.5, 1.0, 2.0], label="slope a", default=1.0)
+    shape = Slider(["line", "curve"], label="shape")
+    presets = {"steep line": {"slope": 2.0}}
+
+    def setup(self, fig):
+        ax = fig.add_subplot(xlim=(0, 1), ylim=(0, 2))
+        (self.line,) = ax.plot([], [])
+        return [self.line]
+
+    def update(self, slope, shape):
+        x = np.linspace(0, 1, 9)
+        self.line.set_data(x, slope * x ** (1 if shape == "line" else 2))
+
+
+Tiny()
+```
+
 The answer is {glue:text}`answer:.2f` and the name is {glue:text}`name`, with $x^2$ \
 and `code`; see {ref}`sec-first`.
 """
@@ -382,6 +409,9 @@ def _book(src: Path) -> None:
             html_theme: sphinx_book_theme
             lipattn_watch: []
             html_search_language: zh
+            nb_mime_priority_overrides:
+              - [html, application/vnd.jupyter.widget-view+json, 31]
+            nb_ipywidgets_js: {}
             locale_dirs: [locale]
             gettext_compact: false
             gettext_uuid: false
@@ -428,13 +458,18 @@ def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
     _book(src)
     en = _english(src)
     assert "Executing notebook" in en.stdout + en.stderr
-    from lipattn.book.sphinxext import figures_pot
+    from lipattn.book.sphinxext import explorers_pot, figures_pot
 
     alts = src / "_build" / "figures.pot"  # as `make gettext` does, from the English images
     assert figures_pot(src / "_build" / "html" / "_images", alts) == 2
     assert "A straight line." in alts.read_text(encoding="utf-8")
     _po(src / "locale" / "zh_CN" / "LC_MESSAGES" / "figures.po",
         {"A straight line.": "一条直线的图。"})
+    texts = src / "_build" / "explorers.pot"  # the players' texts, from the English pages
+    explorers_pot(src / "_build" / "html", texts)
+    assert _messages(texts) == _TINY_MESSAGES
+    _po(src / "locale" / "zh_CN" / "LC_MESSAGES" / "explorers.po", _TINY_ZH)
+    en_player = _player((src / "_build" / "html" / "page.html").read_text(encoding="utf-8"))
     zh = _chinese(src)
     log = zh.stdout + zh.stderr
     assert "Executing notebook" not in log and "Using cached notebook" in log, log[-3000:]
@@ -478,6 +513,14 @@ def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
     # the alt text (set in code) comes from figures.po
     assert 'alt="A straight line."' in (out / "page.html").read_text(encoding="utf-8")
     assert 'alt="一条直线的图。"' in page
+
+    # the explorer's texts come from explorers.po ("curve" is not translated:
+    # English, marked so); its frames, data and script are the English build's
+    zh_player = _player(page)
+    _check_translated_player(zh_player, en_player, "zh-Hans")
+    assert (out / "zh" / "_static" / "frames" / "tiny").is_dir()
+    assert _player((out / "page.html").read_text(encoding="utf-8")) == en_player
+    assert '<a class="lp-skip-explorer" href="#explorer-tiny">跳到第一个探索器</a>' in page
 
     # nothing of the zh build inside the English site but zh/
     assert not (out / "jupyter_execute").exists() and not (out / "lipattn-mathjax").exists()
@@ -600,3 +643,194 @@ def test_figure_alt_text_comes_from_the_figures_catalogue(tmp_path: Path):
     english = rewrite_page(page, site / "chapters", site / "_static", None)
     assert f'alt="{alts["a.png"]}"' in english
     assert alt_catalogue(tmp_path / "missing.po") == {}
+
+
+# --- the explorers' texts ----------------------------------------------------------
+
+#: The word-bearing texts of the fixture's explorer (``Tiny``, declared in
+#: ``_NOTEBOOK``; numbers and math such as "0.5" have no message), the note of
+#: every player (``{n}``: its number of frames) and the pages' skip link.
+_NOTE = ("Precomputed player: {n} frames rendered by <code>lipattn</code> when the book "
+         "was built. Run the page as a notebook for the live widget.")
+_TINY_MESSAGES = {"A tiny explorer: y = a·x", "slope a", "shape", "line", "curve",
+                  "steep line", "Try:", "Try a preset", _NOTE, "Skip to the first explorer"}
+_TINY_ZH = {"A tiny explorer: y = a·x": "小探索器：y = a·x", "slope a": "斜率 a",
+            "shape": "形状", "line": "直线", "steep line": "陡的直线", "Try:": "试试：",
+            "Try a preset": "试一个预设",
+            _NOTE: "预先计算的播放器：构建本书时由 <code>lipattn</code> 渲染的 {n} 帧。",
+            "Skip to the first explorer": "跳到第一个探索器"}
+
+
+def _messages(pot: Path) -> set[str]:
+    return {m.id for m in _read(pot) if m.id}
+
+
+class _Tags:
+    """Whether HTML is well nested (every element closed, in order; void
+    elements excepted), with Python's own parser."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+            "source", "track", "wbr"}
+
+    @classmethod
+    def balanced(cls, text: str) -> bool:
+        from html.parser import HTMLParser
+
+        stack: list[str] = []
+        ok = [True]
+
+        class P(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                if tag not in cls.VOID:
+                    stack.append(tag)
+
+            def handle_endtag(self, tag):
+                if not stack or stack.pop() != tag:
+                    ok[0] = False
+
+        P().feed(text)
+        return ok[0] and not stack
+
+
+def _player(page: str) -> dict:
+    """The first player of ``page``: its HTML, the texts a reader and a screen
+    reader get (title, controls with the text of their label, buttons, note,
+    alt text; each with its lang attribute) and its JSON data."""
+    from bs4 import BeautifulSoup
+
+    start = page.index('<div class="lipattn-player"')
+    end = page.index("</script></div>", page.index('class="lp-data"', start)) + 15
+    html = page[start:end]
+    soup = BeautifulSoup(html, "html.parser")
+    root = soup.div
+
+    def said(el) -> tuple[str, str | None]:
+        lang = next((p.get("lang") for p in [el, *el.parents] if p.get("lang")), None)
+        return el.get_text().strip(), lang
+
+    controls = []
+    for ctl in root.select(".lp-control"):
+        if ctl.name == "input":  # a slider: its label holds its name and its output
+            label = ctl.find_parent("label")
+            controls.append(("slider", said(label.span), ctl["aria-valuetext"],
+                             label.output.get_text()))
+        else:
+            controls.append(("choice", said(ctl.legend),
+                             [said(r.find_parent("label")) for r in ctl.select("input")]))
+    return {"html": html, "lang": root.get("lang"), "title": said(root.select_one(".lp-title")),
+            "labelledby": soup.find(id=root["aria-labelledby"]).get_text(),
+            "controls": controls, "frame": root["data-frame"],
+            "presets": [said(b) for b in root.select("button.lp-preset")],
+            "try": said(root.select_one(".lp-presets span")),
+            "group": root.select_one(".lp-presets")["aria-label"],
+            "note": said(root.select_one(".lp-note")),
+            "alt": root.select_one("img.lp-frame")["alt"],
+            "data": json.loads(root.select_one("script.lp-data").string)}
+
+
+def _tags(text: str) -> Counter:
+    return Counter(re.findall(r"</?[a-z][^>]*>", text))
+
+
+def test_the_explorers_catalogue_is_complete():
+    """explorers.po (the players' texts) is translated: no untranslated,
+    fuzzy or obsolete entry, markup and HTML tags kept, ``{n}`` kept."""
+    po = LOCALE / f"{EXPLORERS_DOMAIN}.po"
+    assert po.is_file(), "no explorers.po: run `make html-en`, then `make gettext`"
+    problems = po_problems(po)
+    for msg in _read(po):
+        if msg.id and msg.string:
+            if _tags(msg.id) != _tags(msg.string):
+                problems.append(f"HTML tags not kept in {msg.id[:60]!r}")
+            if msg.string.count("{n}") != msg.id.count("{n}"):
+                problems.append(f"{{n}} not kept in {msg.id[:60]!r}")
+    assert not problems, "explorers.po:\n  " + "\n  ".join(problems[:20])
+
+
+@pytest.mark.book
+def test_the_explorers_catalogue_is_in_step_with_the_english(built_html: Path, tmp_path: Path):
+    """Every text of the English site's players is in explorers.po (else the
+    English changed, or an explorer was added, and `make gettext` was not run)."""
+    from lipattn.book.sphinxext import explorers_pot
+
+    pot = tmp_path / "explorers.pot"
+    assert explorers_pot(built_html, pot) > 0
+    missing = missing_messages(pot, LOCALE / f"{EXPLORERS_DOMAIN}.po")
+    assert not missing, (f"explorers.po lacks texts of the English players (`make gettext`, "
+                         f"then translate): {missing[:5]}")
+
+
+def _check_translated_player(zh: dict, en: dict, lang: str) -> None:
+    """The fixture explorer's player translated from ``_TINY_ZH`` ("curve" has
+    no translation) against its English player: the same controls, frames and
+    data but for the texts."""
+    assert _Tags.balanced(zh["html"])
+    assert en["lang"] is None and zh["lang"] == lang
+    assert en["title"] == ("A tiny explorer: y = a·x", None)
+    assert zh["title"] == ("小探索器：y = a·x", lang) and zh["labelledby"] == "小探索器：y = a·x"
+    assert en["controls"][0] == ("slider", ("slope a", None), "1", "1")
+    assert zh["controls"] == [("slider", ("斜率 a", lang), "1", "1"),
+                              ("choice", ("形状", lang), [("直线", lang), ("curve", "en")])]
+    assert zh["presets"] == [("陡的直线", lang)] and zh["try"] == ("试试：", lang)
+    assert zh["group"] == "试一个预设"
+    assert zh["note"] == ("预先计算的播放器：构建本书时由 lipattn 渲染的 6 帧。", lang)
+    assert en["alt"] == "A tiny explorer: y = a·x: slope a 1, shape line"
+    assert zh["alt"] == "小探索器：y = a·x: 斜率 a 1, 形状 直线"  # as the script writes it
+    assert zh["frame"] == en["frame"]
+    d_en, d_zh = en["data"], zh["data"]
+    assert d_zh["title"] == "小探索器：y = a·x" and d_zh["names"] == ["斜率 a", "形状"]
+    assert d_zh["labels"] == [["0.5", "1", "2"], ["直线", "curve"]]
+    assert d_en["names"] == ["slope a", "shape"] and d_en["labels"][1] == ["line", "curve"]
+    for key in ("shape", "frames", "mime"):
+        assert d_zh[key] == d_en[key], key
+    assert len(d_zh["urls"]) == len(d_en["urls"]) == len(set(d_en["frames"]))
+
+
+def test_explorer_texts_come_from_the_explorers_catalogue(tmp_path: Path):
+    """The players' texts are set in code (the explorers' declarations), not in
+    the page: `make gettext` collects them from the English build's pages
+    (explorers.pot), and the translation's players take them from
+    explorers.po (fuzzy or empty entries stay English, marked lang="en");
+    the frames and the data the script needs are untouched."""
+    from lipattn.book.sphinxext import alt_catalogue, explorers_pot, rewrite_page
+
+    ns: dict = {}
+    cell = _NOTEBOOK.split("from lipattn.book.widgets import Explorer, Slider")[1]
+    exec("import numpy as np\nfrom lipattn.book.widgets import Explorer, Slider"
+         + cell.split("Tiny()")[0], ns)
+    player = ns["Tiny"]().player_html()
+    page = ('<div id="pst-skip-link" class="skip-link d-print-none"><a href="#main-content">'
+            "Skip to main content</a></div><main>" + player + "<p>After.</p></main>")
+    site = tmp_path / "site"
+    (site / "chapters").mkdir(parents=True)
+    english = rewrite_page(page, site / "chapters", site / "_static", None)
+    (site / "chapters" / "p.html").write_text(english, encoding="utf-8")
+    (site / "zh" / "chapters").mkdir(parents=True)  # a translation's site is skipped
+    (site / "zh" / ".buildinfo").write_text("")
+    (site / "zh" / "chapters" / "p.html").write_text(english.replace("slope a", "zh only"))
+    pot = tmp_path / "explorers.pot"
+    assert explorers_pot(site, pot) == len(_TINY_MESSAGES)
+    assert _messages(pot) == _TINY_MESSAGES
+
+    po = _po(tmp_path / "explorers.po", {k: v for k, v in _TINY_ZH.items() if k != "line"},
+             '#, fuzzy\nmsgid "line"\nmsgstr "直线"\n')
+    table = alt_catalogue(po)
+    assert "line" not in table and table["shape"] == "形状"
+    zh_site = tmp_path / "zh"
+    zh = rewrite_page(page, zh_site, zh_site / "_static", None, {}, table, "zh-Hans")
+    assert rewrite_page(zh, zh_site, zh_site / "_static", None, {}, table, "zh-Hans") == zh
+    got, en = _player(zh), _player(english)
+    # the fuzzy "line" stays English, marked so, everywhere it shows
+    assert got["controls"][1] == ("choice", ("形状", "zh-Hans"), [("line", "en"), ("curve", "en")])
+    assert got["alt"] == "小探索器：y = a·x: 斜率 a 1, 形状 line"
+    table["line"] = "直线"
+    zh = rewrite_page(page, zh_site, zh_site / "_static", None, {}, table, "zh-Hans")
+    _check_translated_player(_player(zh), en, "zh-Hans")
+    assert '<a class="lp-skip-explorer" href="#explorer-tiny">跳到第一个探索器</a>' in zh
+    assert "<p>After.</p></main>" in zh and zh.count('class="lipattn-player"') == 1
+    assert _Tags.balanced(zh) and _Tags.balanced(english)
+    # the English build's player is left as it was written
+    again = rewrite_page(page, site / "chapters", site / "_static", None)
+    assert _player(again)["html"] == en["html"]
+    with pytest.raises(ValueError, match="lang"):
+        rewrite_page(page, zh_site, zh_site / "_static", None, {}, table)

@@ -376,3 +376,15 @@ def test_the_book_watches_its_quiz_and_interview_sources():
     config = yaml.safe_load((Path(__file__).parents[1] / "_config.yml").read_text())
     watch = config["sphinx"]["config"]["lipattn_watch"]
     assert {"lib", "requirements.txt", "chapters/quizzes", "chapters/interview"} <= set(watch)
+
+
+@pytest.mark.parametrize("label", ["Search", "搜索"])
+def test_the_search_button_is_named_by_its_visible_text(tmp_path: Path, label: str):
+    """axe label-content-name-mismatch: the button shows "Search Ctrl+K" (or
+    its translation), so an aria-label, in any language, is dropped."""
+    from lipattn.book.sphinxext import rewrite_page
+
+    page = (f'<button class="btn search-button-field search-button__button" title="{label}" '
+            f'aria-label="{label}" data-bs-toggle="tooltip"><span>{label}</span></button>')
+    out = rewrite_page(page, tmp_path, tmp_path / "_static", None)
+    assert "aria-label" not in out and f'title="{label}"' in out

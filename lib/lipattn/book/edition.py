@@ -16,7 +16,9 @@ Usage (from the book's root; the Makefile's ``html-zh`` and ``gettext``)::
     python -m lipattn.book.edition gettext     # .pot files, then sphinx-intl update
 
 ``gettext`` also collects the figures' alt texts from the English build
-(``_build/html/_images``) into ``figures.pot`` (catalogue ``figures.po``).
+(``_build/html/_images``) into ``figures.pot`` (catalogue ``figures.po``), and
+the explorers' texts (titles, controls, presets, notes of the players on the
+English pages, ``_build/html``) into ``explorers.pot`` (``explorers.po``).
 """
 
 from __future__ import annotations
@@ -135,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n} figure alt texts in {FIGURES_DOMAIN}.pot")
     else:
         print("no English build: figures.pot (alt texts) not regenerated (make html-en first)")
+    site = root / "_build" / "html"
+    if (site / "index.html").is_file():  # the explorers' texts, from the English build
+        from .sphinxext import EXPLORERS_DOMAIN, explorers_pot
+
+        n = explorers_pot(site, templates / f"{EXPLORERS_DOMAIN}.pot")
+        print(f"{n} explorer texts in {EXPLORERS_DOMAIN}.pot")
+    else:
+        print("no English build: explorers.pot not regenerated (make html-en first)")
     return subprocess.call([sys.executable, "-m", "sphinx_intl", "update", "-p", str(templates),
                             "-l", tr["language"], "-d", "locale", "-w", "0"])
 

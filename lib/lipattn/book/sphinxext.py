@@ -85,6 +85,14 @@ It does what ``_config.yml`` alone cannot:
    alt texts into ``figures.pot`` (:func:`figures_pot`), translated in
    ``<locale>/<language>/LC_MESSAGES/figures.po``; the translation's figures
    take their alt text from there (:func:`alt_catalogue`), else the English.
+   The explorers' players are written by the kernel too (their texts are in
+   the explorers' declarations): ``make gettext`` collects every
+   word-bearing text of the English pages' players (title, control names,
+   value texts, presets, note; :func:`explorers_pot`) into
+   ``explorers.pot`` (``explorers.po``), and the translation's players show
+   those texts translated, in their HTML and in the data their script reads
+   (frames untouched); texts without a translation stay English, marked
+   ``lang="en"``.
 """
 
 from __future__ import annotations
@@ -96,11 +104,12 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 __all__ = ["MATHJAX_FILES", "COMPLETE_MARK", "UNTRANSLATED_NOTICE", "FIGURES_DOMAIN",
-           "figures_pot", "alt_catalogue", "inputs_hash",
+           "EXPLORERS_DOMAIN", "figures_pot", "explorers_pot", "alt_catalogue", "inputs_hash",
            "mathjax_subset", "sync_tree", "finish_site", "rewrite_page", "is_translation",
            "translated_pages", "setup"]
 
@@ -372,9 +381,9 @@ def _env_get_outdated(app: Any, env: Any, added: set, changed: set, removed: set
     listed = getattr(app, "lipattn_translated", set())
     flipped = listed ^ getattr(env, "lipattn_translated", set())
     env.lipattn_translated = set(listed)
-    if is_translation(app.config):  # a new alt text: every page written again
-        po = _figures_po(app)
-        stamp = hashlib.sha256(po.read_bytes()).hexdigest() if po.is_file() else ""
+    if is_translation(app.config):  # a new alt or explorer text: every page written again
+        stamp = "".join(hashlib.sha256(po.read_bytes()).hexdigest() if po.is_file() else "-"
+                        for po in (_figures_po(app), _figures_po(app, EXPLORERS_DOMAIN)))
         if getattr(env, "lipattn_figures_po", "") != stamp:
             env.lipattn_figures_po = stamp
             flipped = set(env.found_docs)
@@ -586,7 +595,8 @@ def _icons(page: str, table: dict) -> str:
 
 
 def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None,
-                 alt_text: dict | None = None) -> str:
+                 alt_text: dict | None = None, player_text: dict | None = None,
+                 lang: str | None = None) -> str:
     """The built HTML of one page, made light (see the module docstring, item 7).
 
     Parameters
@@ -602,38 +612,51 @@ def rewrite_page(page: str, page_dir: Path, static: Path, icons: dict | None,
     alt_text : dict or None
         English alt text -> the alt text to show (a translation's,
         :func:`alt_catalogue`); texts it lacks stay English.
+    player_text : dict or None
+        The same for the explorers' players (:func:`explorers_pot`): their
+        texts it lacks stay English, marked ``lang="en"``.
+    lang : str or None
+        The BCP 47 tag of the translation (required with ``player_text``).
     """
     prefix = Path(os.path.relpath(static, page_dir)).as_posix() + "/"
     page = _frames_out(page, prefix, static)
     page = _figures(page, page_dir, alt_text)
+    if player_text is not None:
+        if not lang:
+            raise ValueError("lang (the translation's language tag) is required with "
+                             "player_text")
+        page = _each_player(page, lambda p: _player_texts(p, player_text.get, lang))
     if icons is not None:
         page = _icons(page, icons)
         page = re.sub(
             r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>', "", page)
     # the visible text "Search Ctrl+K" is the search buttons' name (axe:
-    # label-content-name-mismatch with aria-label="Search")
-    page = re.sub(r'(<button class="btn search-button-field[^"]*"[^>]*?) aria-label="Search"',
+    # label-content-name-mismatch with aria-label="Search", or a translation's "搜索")
+    page = re.sub(r'(<button class="btn search-button-field[^"]*"[^>]*?) aria-label="[^"]*"',
                   r"\1", page)
     # the bibliography: a list of list items (role doc-biblioentry is deprecated,
     # and a list needs listitem children: axe aria-required-children)
     page = page.replace('role="doc-biblioentry"', 'role="listitem"')
     first = re.search(r'<div class="lipattn-player" id="(explorer-[^"]+)"', page)
     if first is not None and "lp-skip-explorer" not in page:
-        page = page.replace(
-            '<a href="#main-content">Skip to main content</a></div>',
-            '<a href="#main-content">Skip to main content</a>'
-            f'<a class="lp-skip-explorer" href="#{first.group(1)}">Skip to the first explorer</a>'
-            "</div>", 1)
+        said = (player_text or {}).get(_SKIP_EXPLORER)
+        mark = ' lang="en"' if player_text is not None and not said else ""
+        link = (f'<a class="lp-skip-explorer" href="#{first.group(1)}"{mark}>'
+                f"{_html.escape(said or _SKIP_EXPLORER)}</a>")
+        page = re.sub(r'(<a href="#main-content">[^<]*</a>)(</div>)',
+                      lambda m: m.group(1) + link + m.group(2), page, count=1)
     return page
 
 
 def finish_site(outdir: Path, reports_dest: Path | None = None,
-                alt_text: dict | None = None) -> None:
+                alt_text: dict | None = None, player_text: dict | None = None,
+                lang: str | None = None) -> None:
     """Post-process the built site in place (module docstring, item 7).
 
     Folders holding their own site (a ``.buildinfo``, e.g. a translation's
     ``zh/``) are left alone. ``reports_dest``: where build reports go
-    (default ``<outdir>/../reports``)."""
+    (default ``<outdir>/../reports``); ``alt_text``, ``player_text`` and
+    ``lang``: a translation's texts (:func:`rewrite_page`)."""
     outdir = Path(outdir)
     reports = outdir / "reports"
     if reports.is_dir():  # tracebacks with local paths: not part of the site
@@ -642,7 +665,7 @@ def finish_site(outdir: Path, reports_dest: Path | None = None,
         shutil.move(str(reports), str(dest))
     static = outdir / "_static"
     # another site inside this one (a translation's, ``zh/``) is its build's
-    nested = [p.parent for p in outdir.glob("*/**/.buildinfo")]
+    nested = _nested_sites(outdir)
     fa_js = static / "scripts" / "fontawesome.js"
     icons = _icon_table(fa_js) if fa_js.is_file() else None
     used: set[Path] = set()
@@ -650,7 +673,7 @@ def finish_site(outdir: Path, reports_dest: Path | None = None,
         if any(f.is_relative_to(n) for n in nested):
             continue
         text = f.read_text(encoding="utf-8")
-        new = rewrite_page(text, f.parent, static, icons, alt_text)
+        new = rewrite_page(text, f.parent, static, icons, alt_text, player_text, lang)
         if new != text:
             f.write_text(new, encoding="utf-8")
         used.update((f.parent / u).resolve()
@@ -704,10 +727,164 @@ def alt_catalogue(po: Path | str) -> dict[str, str]:
     return {m.id: m.string for m in cat if m.id and m.string and not m.fuzzy}
 
 
-def _figures_po(app: Any) -> Path:
+def _figures_po(app: Any, domain: str = FIGURES_DOMAIN) -> Path:
+    """The translation's catalogue of ``domain`` (the figures' alt texts, or
+    :data:`EXPLORERS_DOMAIN`)."""
     dirs = app.config.locale_dirs or ["locales"]
     return (Path(app.srcdir) / dirs[0] / app.config.language / "LC_MESSAGES"
-            / f"{FIGURES_DOMAIN}.po")
+            / f"{domain}.po")
+
+
+#: The catalogue (domain) of the explorers' texts: the static players' titles,
+#: control names, word-bearing values, preset buttons and notes.
+EXPLORERS_DOMAIN = "explorers"
+
+_WORDS = re.compile(r"[A-Za-z]{2}")  # a text without two Latin letters in a row is math
+_NOTE_COUNT = "{n}"  # the number of frames in a player's note, in its message
+_SKIP_EXPLORER = "Skip to the first explorer"  # the skip link of a page with explorers
+_SKIP_RE = re.compile(r'<a class="lp-skip-explorer"[^>]*>([^<]*)</a>')
+
+
+def _each_player(page: str, fix: Callable[[str], str]) -> str:
+    """``page`` with each explorer player's HTML (from its opening ``<div>``
+    to the end of its script, as :meth:`lipattn.book.widgets.Explorer.player_html`
+    writes it) replaced by ``fix(player)``."""
+    out, pos = [], 0
+    for m in _PLAYER_RE.finditer(page):
+        if m.start() < pos:
+            continue
+        data = _DATA_RE.search(page, m.end())
+        end = -1 if data is None else page.find("</script></div>", data.start())
+        if end < 0:
+            continue
+        end += len("</script></div>")
+        out += [page[pos:m.start()], fix(page[m.start():end])]
+        pos = end
+    return "".join(out) + page[pos:]
+
+
+def _player_texts(player: str, say: Callable[[str], str | None],
+                  lang: str | None = None) -> str:
+    """One player's HTML with every word-bearing text ``t`` (title, control
+    names and legends, value texts, preset buttons and their group's name,
+    the note, and the same strings in its ``lp-data`` JSON) shown as
+    ``say(t)``; texts that ``say`` returns None for stay as they are. The
+    note's message holds ``{n}`` for its number of frames.
+
+    With ``lang`` (the translation's BCP 47 tag) the player is marked as
+    being in that language, the elements left in English ``lang="en"``, and
+    the frame's alt text is rebuilt from the translated strings, as the
+    player's script does; a player already marked is returned unchanged.
+    Without it (collecting the messages) nothing is marked."""
+    root = re.match(r"<div ([^>]*)>", player)
+    if root is None or (lang is not None and re.search(r'\blang="', root.group(1))):
+        return player
+    data = _DATA_RE.search(player)
+    payload = json.loads(data.group(2))
+    esc = _html.escape
+
+    def tr(text: str) -> tuple[str, bool]:
+        if not _WORDS.search(text):
+            return text, True
+        new = say(text)
+        return (text, False) if new is None else (new, True)
+
+    def marked(tag: str, ok: bool) -> str:
+        return tag if ok or lang is None else tag + ' lang="en"'
+
+    def elem(pattern: str) -> Callable[[str], str]:
+        """Translate the text (group ``t``) of the element whose opening tag,
+        without its ``>``, is group ``tag`` (``pre``: markup before the text)."""
+        def fix(m: re.Match) -> str:
+            text, ok = tr(_html.unescape(m.group("t")))
+            return f'{marked(m.group("tag"), ok)}>{m.group("pre") or ""}{esc(text)}'
+        return lambda s: re.sub(pattern + r"(?=<)", fix, s)
+
+    def attr(name: str) -> Callable[[str], str]:
+        def fix(m: re.Match) -> str:
+            return f'{m.group(1)}{esc(tr(_html.unescape(m.group(2)))[0])}"'
+        return lambda s: re.sub(rf'(\s{name}=")([^"]*)"', fix, s)
+
+    head, tail = player[:data.start()], player[data.start():]
+    # the note: {n} stands for its number of frames
+    count = str(len(payload.get("frames", ())))
+
+    def note(m: re.Match) -> str:
+        inner = re.sub(rf"(?<![\d.]){count}(?![\d.])", _NOTE_COUNT, m.group(2), count=1)
+        text, ok = tr(inner)
+        return f"{marked(m.group(1), ok)}>{text.replace(_NOTE_COUNT, count)}{m.group(3)}"
+
+    head = re.sub(r'(<div class="lp-note")>(.*?)(</div>)', note, head, flags=re.S)
+    for fix in (elem(r'(?P<tag><div class="lp-title"[^>]*)>(?P<pre>)(?P<t>[^<]*)'),
+                elem(r'(?P<tag><div class="lp-presets"[^>]*><span)>(?P<pre>)(?P<t>[^<]*)'),
+                elem(r'(?P<tag><button [^>]*class="lp-preset"[^>]*)>(?P<pre>)(?P<t>[^<]*)'),
+                elem(r"(?P<tag><legend)>(?P<pre>)(?P<t>[^<]*)"),
+                elem(r'(?P<tag><label)>(?P<pre><input type="radio"[^>]*> )(?P<t>[^<]*)'),
+                elem(r'(?P<tag><label class="lp-slider"><span)>(?P<pre>)(?P<t>[^<]*)'),
+                elem(r"(?P<tag><output)>(?P<pre>)(?P<t>[^<]*)"),
+                attr("aria-valuetext"), attr("aria-label"), attr("title")):
+        head = fix(head)
+    payload["title"] = tr(payload.get("title", ""))[0]
+    payload["names"] = [tr(n)[0] for n in payload.get("names", ())]
+    payload["labels"] = [[tr(v)[0] for v in vs] for vs in payload.get("labels", ())]
+    if lang is None:
+        return player
+    flat = re.search(r'\bdata-frame="(\d+)"', root.group(1))
+    if flat is not None and payload.get("shape"):
+        ks, rest = [], int(flat.group(1))
+        for n in reversed(payload["shape"]):  # the flat index, row-major
+            ks.insert(0, rest % n)
+            rest //= n
+        said = ", ".join(f"{n} {vs[k]}" for n, vs, k in
+                         zip(payload["names"], payload["labels"], ks, strict=True))
+        head = re.sub(r'(<img class="lp-frame"[^>]*?\salt=")[^"]*"',
+                      lambda m: f'{m.group(1)}{esc(payload["title"])}: {esc(said)}"', head)
+    head = f'<div {root.group(1)} lang="{esc(lang)}">' + head[root.end():]
+    body = json.dumps(payload).replace("</", "<\\/")
+    return head + tail[:data.start(2) - data.start()] + body + tail[data.end(2) - data.start():]
+
+
+def _nested_sites(site: Path) -> list[Path]:
+    """Folders inside ``site`` holding a site of their own (a translation's ``zh/``)."""
+    return [p.parent for p in site.glob("*/**/.buildinfo")]
+
+
+def explorers_pot(site: Path | str, pot: Path | str) -> int:
+    """Write the word-bearing texts of the explorers' players on the pages of
+    ``site`` (an English build's HTML folder; a translation's site inside it
+    is skipped) as a message template ``pot``; returns the number of
+    messages. Numbers and math (no two Latin letters in a row) are left out;
+    each message's comment names its explorers."""
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import write_po
+
+    site = Path(site)
+    if not site.is_dir():
+        raise ValueError(f"site must be an existing folder (build the English site "
+                         f"first); got {str(site)!r}")
+    nested = _nested_sites(site)
+    found: dict[str, list[str]] = {}  # message -> its explorers, in order of appearance
+
+    def collect(player: str) -> str:
+        name = _PLAYER_RE.match(player).group(1)
+        return _player_texts(player, lambda text: found.setdefault(text, []).append(name))
+
+    for f in sorted(site.rglob("*.html")):
+        if not any(f.is_relative_to(n) for n in nested):
+            page = f.read_text(encoding="utf-8")
+            _each_player(page, collect)
+            for m in _SKIP_RE.finditer(page):
+                found.setdefault(_html.unescape(m.group(1)), [])
+    cat = Catalog(fuzzy=False)
+    for text, names in found.items():
+        notes = [f"{_NOTE_COUNT}: the number of frames (keep it); HTML: keep its tags"
+                 ] if _NOTE_COUNT in text else []
+        where = ("explorers: " + ", ".join(dict.fromkeys(names)) if names
+                 else "the link that skips to a page's first explorer")
+        cat.add(text, auto_comments=[*notes, where])
+    with open(pot, "wb") as out:
+        write_po(out, cat, width=0, omit_header=False)
+    return len(cat)
 
 
 def _reports_dest(app: Any) -> Path:
@@ -728,8 +905,13 @@ def _finish(app: Any, exception: Exception | None) -> None:
             shutil.move(str(reports), str(dest))
         return
     sync_tree(app.lipattn_mathjax, Path(app.outdir) / "_static" / "mathjax")
-    alt = alt_catalogue(_figures_po(app)) if is_translation(app.config) else None
-    finish_site(Path(app.outdir), _reports_dest(app), alt)
+    if is_translation(app.config):
+        alt = alt_catalogue(_figures_po(app))
+        players = alt_catalogue(_figures_po(app, EXPLORERS_DOMAIN))
+        lang = _translation(app.config)["lang"]
+    else:
+        alt = players = lang = None
+    finish_site(Path(app.outdir), _reports_dest(app), alt, players, lang)
     (Path(app.doctreedir) / COMPLETE_MARK).write_text(str(app.outdir), encoding="utf-8")
 
 
