@@ -346,7 +346,9 @@ class StabilityExplorer(
         ax2.set_ylim(2, max(d["bits_max"] * 1.3, 10))
         ax1.set_ylabel(r"largest $|$attention logit$|$")
         ax2.set_ylabel("held-out bits/byte")
-        ax2.legend(fontsize=7, loc="upper right")
+        # in the logit panel's empty upper left, clear of the loss spikes
+        ax1.legend(handles=[*self._bits, *ax2.get_lines()[-2:]], fontsize=7,
+                   loc="upper left")
         self._title = fig.suptitle(" ", fontsize=9)
         return [*self._logit, *self._bits, self._title]
 
