@@ -11,8 +11,8 @@
   links to its twin, untranslated pages say so, figures take their alt text
   from figures.po and explorers their texts from explorers.po, a second
   build of both languages changes nothing.
-* explorers.po is complete, and (marker ``book``) holds every text of the
-  built English site's players.
+* explorers.po and figures.po are complete, and (marker ``book``) hold every
+  text of the built English site's players and every alt text of its figures.
 * The built site (marker ``book``): both editions have the same pages, the
   same glued numbers, and their links to each other.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from lipattn.book.sphinxext import EXPLORERS_DOMAIN, translated_pages
+from lipattn.book.sphinxext import EXPLORERS_DOMAIN, FIGURES_DOMAIN, translated_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCALE = ROOT / "locale" / "zh_CN" / "LC_MESSAGES"
@@ -732,11 +732,13 @@ def _tags(text: str) -> Counter:
     return Counter(re.findall(r"</?[a-z][^>]*>", text))
 
 
-def test_the_explorers_catalogue_is_complete():
-    """explorers.po (the players' texts) is translated: no untranslated,
-    fuzzy or obsolete entry, markup and HTML tags kept, ``{n}`` kept."""
-    po = LOCALE / f"{EXPLORERS_DOMAIN}.po"
-    assert po.is_file(), "no explorers.po: run `make html-en`, then `make gettext`"
+@pytest.mark.parametrize("domain", [EXPLORERS_DOMAIN, FIGURES_DOMAIN])
+def test_the_explorers_and_figures_catalogues_are_complete(domain: str):
+    """explorers.po (the players' texts) and figures.po (the figures' alt
+    texts) are translated: no untranslated, fuzzy or obsolete entry, markup
+    and HTML tags kept, ``{n}`` kept."""
+    po = LOCALE / f"{domain}.po"
+    assert po.is_file(), f"no {domain}.po: run `make html-en`, then `make gettext`"
     problems = po_problems(po)
     for msg in _read(po):
         if msg.id and msg.string:
@@ -744,19 +746,26 @@ def test_the_explorers_catalogue_is_complete():
                 problems.append(f"HTML tags not kept in {msg.id[:60]!r}")
             if msg.string.count("{n}") != msg.id.count("{n}"):
                 problems.append(f"{{n}} not kept in {msg.id[:60]!r}")
-    assert not problems, "explorers.po:\n  " + "\n  ".join(problems[:20])
+    assert not problems, f"{domain}.po:\n  " + "\n  ".join(problems[:20])
 
 
 @pytest.mark.book
-def test_the_explorers_catalogue_is_in_step_with_the_english(built_html: Path, tmp_path: Path):
-    """Every text of the English site's players is in explorers.po (else the
-    English changed, or an explorer was added, and `make gettext` was not run)."""
-    from lipattn.book.sphinxext import explorers_pot
+@pytest.mark.parametrize("domain", [EXPLORERS_DOMAIN, FIGURES_DOMAIN])
+def test_the_explorers_and_figures_catalogues_are_in_step_with_the_english(
+        domain: str, built_html: Path, tmp_path: Path):
+    """Every text of the English site's players (explorers.po) and every alt
+    text of its figures (figures.po) is in the catalogue (else the English
+    changed, or an explorer or figure was added, and `make gettext` was not
+    run)."""
+    from lipattn.book.sphinxext import explorers_pot, figures_pot
 
-    pot = tmp_path / "explorers.pot"
-    assert explorers_pot(built_html, pot) > 0
-    missing = missing_messages(pot, LOCALE / f"{EXPLORERS_DOMAIN}.po")
-    assert not missing, (f"explorers.po lacks texts of the English players (`make gettext`, "
+    pot = tmp_path / f"{domain}.pot"
+    if domain == FIGURES_DOMAIN:
+        assert figures_pot(built_html / "_images", pot) > 0
+    else:
+        assert explorers_pot(built_html, pot) > 0
+    missing = missing_messages(pot, LOCALE / f"{domain}.po")
+    assert not missing, (f"{domain}.po lacks texts of the English site (`make gettext`, "
                          f"then translate): {missing[:5]}")
 
 
