@@ -312,6 +312,11 @@ Quiz.glue_yaml("quiz", "quiz.yml")
 ```
 
 ```{code-cell} ipython3
+:tags: [hide-input]
+1 + 1
+```
+
+```{code-cell} ipython3
 ---
 tags: [remove-input]
 mystnb:
@@ -510,6 +515,12 @@ def test_the_chinese_build_reuses_the_cache_and_translates_glue(tmp_path: Path):
     assert "Q1. An English question?" in en_text and "English why not." in en_text
     assert "一个中文问题" not in en_text and "Self-check" in en_text
     assert "A caption in the" in en_text and "metadata." in en_text
+    # the interface texts the book adds are the page's language: the note on
+    # running the page, and myst-nb's prompt of a collapsed code cell
+    assert "自己运行本页。" in page and "Run this page yourself" not in page
+    assert "Run this page yourself." in en_page and "自己运行本页" not in en_page
+    assert "展开代码单元" in text and "Show code cell" not in text
+    assert "Show code cell source" in en_text
     # the alt text (set in code) comes from figures.po
     assert 'alt="A straight line."' in (out / "page.html").read_text(encoding="utf-8")
     assert 'alt="一条直线的图。"' in page

@@ -325,6 +325,9 @@ def _config_inited(app: Any, config: Any) -> None:
 
     if str(config.html_search_language or "").startswith("zh"):
         _chinese_search(config)
+    prompts = _CODE_PROMPTS.get(_language(config))
+    if prompts is not None:
+        config.nb_code_prompt_show, config.nb_code_prompt_hide = prompts
 
     # the repository button whenever there is a repository to link to
     opts = dict(config.html_theme_options or {})
@@ -428,12 +431,23 @@ _PACKS = {"fab": "fab", "fa-brands": "fab", "far": "far", "fa-regular": "far",
           "fas": "fas", "fa-solid": "fas", "fa": "fas"}
 #: Widest viewport (CSS px) that gets a figure's narrow, stacked variant.
 _PHONE_MAX = 600
-_RUN_LOCALLY = (
-    '<aside class="lp-run-locally d-print-none" aria-label="Run this page">'
-    "<strong>Run this page yourself.</strong> Download it as a notebook "
-    '(<a href="{ipynb}">.ipynb</a>, also in the download menu at the top), or clone the '
-    "book's repository{repo} and run <code>make lab</code>: every chapter opens as a "
-    "notebook with live explorers (Python 3.11+, nothing else to install by hand).</aside>")
+#: The note at the end of every chapter, by language (the translation's own, else English).
+_RUN_LOCALLY = {
+    "en": ('<aside class="lp-run-locally d-print-none" aria-label="Run this page">'
+           "<strong>Run this page yourself.</strong> Download it as a notebook "
+           '(<a href="{ipynb}">.ipynb</a>, also in the download menu at the top), or clone '
+           "the book's repository{repo} and run <code>make lab</code>: every chapter opens "
+           "as a notebook with live explorers (Python 3.11+, nothing else to install by "
+           "hand).</aside>"),
+    "zh": ('<aside class="lp-run-locally d-print-none" aria-label="自己运行本页">'
+           "<strong>自己运行本页。</strong>可以把本页下载为 notebook"
+           '（<a href="{ipynb}">.ipynb</a>，页面顶部的下载菜单里也有），或者克隆本书的'
+           "代码仓库{repo}，然后运行 <code>make lab</code>：每一章都会作为 notebook 打开，"
+           "其中的交互演示可以实时重新计算（需要 Python 3.11+，其他都不必手动安装）。</aside>"),
+}
+#: myst-nb's prompts of a collapsed code cell in the translation, by language
+#: (its own "Show code cell {type}" would put an English word in the button).
+_CODE_PROMPTS = {"zh": ("展开代码单元", "收起代码单元")}
 
 
 def _write_frame(static: Path, explorer: str, data: bytes) -> str:
@@ -933,7 +947,8 @@ def _notebook_download(app: Any, pagename: str, templatename: str, context: dict
     repo = (app.config.html_theme_options or {}).get("repository_url") or ""
     link = f' (<a href="{_html.escape(repo)}">{_html.escape(repo)}</a>)' if repo else ""
     href = f"{context['pathto']('_sources', 1)}/{rel}"
-    context["body"] = context.get("body", "") + _RUN_LOCALLY.format(ipynb=href, repo=link)
+    note = _RUN_LOCALLY.get(_language(app.config), _RUN_LOCALLY["en"])
+    context["body"] = context.get("body", "") + note.format(ipynb=href, repo=link)
 
 
 def _page_language(app: Any, pagename: str, templatename: str, context: dict,
@@ -948,6 +963,14 @@ UNTRANSLATED_NOTICE = {
     "zh": ("本页尚未译成中文，以下是英文原文。"
            '<a href="{twin}" hreflang="en" lang="en">English</a>'),
 }
+
+
+def _language(config: Any) -> str:
+    """The build's language code: the translation's (``"zh"`` for ``zh-Hans``)
+    in the translation's build, else ``"en"``."""
+    if not is_translation(config):
+        return "en"
+    return _translation(config)["lang"].split("-")[0].lower()
 
 
 def _twin(app: Any, pagename: str) -> dict | None:
@@ -981,7 +1004,7 @@ def _language_links(app: Any, pagename: str, templatename: str, context: dict,
     native = own.split("-")[0] == tr["lang"].split("-")[0]  # written in that language
     if doctree is None or native or pagename in app.lipattn_translated:
         return
-    notice = UNTRANSLATED_NOTICE.get(tr["lang"].split("-")[0].lower())
+    notice = UNTRANSLATED_NOTICE.get(_language(app.config))
     if notice is None:
         notice = 'Not yet translated: <a href="{twin}" hreflang="en">English</a>.'
     context["body"] = (
@@ -1030,7 +1053,7 @@ def _translated_glue_roles(app: Any) -> None:
         config = directive.state.document.settings.env.config
         if not is_translation(config):
             return key
-        own = key + "_" + _translation(config)["lang"].split("-")[0].lower()
+        own = key + "_" + _language(config)
         try:
             retrieve_glue_data(directive.document, own)
         except RetrievalError:
