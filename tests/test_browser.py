@@ -103,6 +103,17 @@ def _wait(driver, script: str, *args, timeout: float = 10.0):
     raise AssertionError(f"timed out waiting for: {script}")
 
 
+def _move_slider(driver, ctl) -> int:
+    """Move a player's range control to its other end (0, or its max when it
+    is at 0), as a reader's drag does (an input event); return the new index."""
+    top = int(ctl.get_attribute("max"))
+    target = 0 if int(ctl.get_attribute("value")) > 0 else top
+    driver.execute_script(
+        "arguments[0].value = arguments[1];"
+        "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", ctl, target)
+    return target
+
+
 def _frame_requests(driver) -> list[str]:
     return driver.execute_script(
         "return performance.getEntriesByType('resource').map(e => e.name)"
@@ -179,11 +190,7 @@ def test_page_in_chromium(driver, server, built_html, page):
             frame_before = player.get_attribute("data-frame")
             driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", ctl)
             if ctl.tag_name == "input":
-                top = int(ctl.get_attribute("max"))
-                target = 0 if int(ctl.get_attribute("value")) > 0 else top
-                driver.execute_script(
-                    "arguments[0].value = arguments[1];"
-                    "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", ctl, target)
+                _move_slider(driver, ctl)
                 out = ctl.find_element("xpath", "following-sibling::output").text
                 assert out and "nan" not in out.lower()
                 assert ctl.get_attribute("aria-valuetext") == out
@@ -693,11 +700,7 @@ def test_chinese_edition_explorers(driver, server, built_html, page):
             driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", ctl)
             if ctl.tag_name == "input":
                 name = ctl.find_element("xpath", "preceding-sibling::span").text
-                top = int(ctl.get_attribute("max"))
-                k = 0 if int(ctl.get_attribute("value")) > 0 else top
-                driver.execute_script(
-                    "arguments[0].value = arguments[1];"
-                    "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", ctl, k)
+                k = _move_slider(driver, ctl)
                 out = ctl.find_element("xpath", "following-sibling::output").text
                 assert out == data["labels"][i][k] == ctl.get_attribute("aria-valuetext")
             else:
