@@ -661,7 +661,10 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         for s in specs:
             keep(_one(s))
-    result = {"args": {k: str(v) for k, v in vars(a).items()}, "git_commit": commit,
+    args = {k: str(v) for k, v in vars(a).items()}
+    if a.out is not None:              # the file's name, not this machine's path
+        args["out"] = Path(a.out).name
+    result = {"args": args, "git_commit": commit,
               "model": {"layout": "llama", "n_layer": 2, "d": 64, "n_head": 4, "context": 64,
                         "batch": 16, "vocab": 256},
               "mitigations": {"warmup_frac": 0.1, "decay": 1e-3, "z_loss": 1e-4},
