@@ -135,6 +135,27 @@ def test_failures_by_hand():
         st.failures(runs, -1.0)
 
 
+def test_late_slope_fits_only_the_final_fraction():
+    t = np.arange(0, 201, 20)
+    h = np.where(t < 100, 9.0 - 0.05 * t, 4.0 - 0.002 * (t - 100))  # kink at 100
+    r = {"eval_steps": t.tolist(), "heldout_bits": h.tolist()}
+    assert math.isclose(st.late_slope(r), 0.2)           # per 100 steps
+    assert math.isclose(st.late_slope(r, frac=0.5), 0.2)
+    # the whole run: the least-squares line through both pieces, by hand
+    tc, hc = t - t.mean(), h - h.mean()
+    assert math.isclose(st.late_slope(r, frac=1.0), -100 * (tc @ hc) / (tc @ tc))
+    rising = {"eval_steps": [0, 10, 20], "heldout_bits": [3.0, 3.1, 3.2]}
+    assert math.isclose(st.late_slope(rising), -1.0)     # negative: rising
+    with pytest.raises(ValueError, match="frac"):
+        st.late_slope(r, frac=0.01)                      # one step left
+    with pytest.raises(ValueError, match="frac"):
+        st.late_slope(r, frac=0.0)
+    with pytest.raises(ValueError, match="run"):
+        st.late_slope({"eval_steps": [0, 10], "heldout_bits": [1.0]})
+    with pytest.raises(TypeError, match="run"):
+        st.late_slope({"heldout_bits": [1.0, 2.0]})
+
+
 def _fake(lrs=(1e-2, 1e-1), seeds=(0, 1), arms=("none", "zloss")):
     runs = []
     for lr in lrs:
