@@ -177,6 +177,7 @@ def _cheap() -> dict[str, dict[str, Any]]:
                                     eval_every=1, eval_windows=2, corpus=(text, text)),
         "stability.summarise": dict(runs=sweep_runs, unigram_bits=4.5),
         "stability.failures": dict(runs=sweep_runs, unigram_bits=4.5),
+        "stability.late_slope": dict(run=sweep_runs[0], frac=1.0),
         "stability.mitigation_set": dict(mitigations=("zloss",)),
         "stability.arm_name": dict(mitigations=("zloss",)),
         "stability.summary": dict(result=stab),
@@ -430,7 +431,8 @@ KINDS = {
     "bytelm.heldout_bits.windows": "array", "corpus.stdlib_corpus.root": "path",
     "stability.read_results.path": "path", "stability.train_run.keep_at": "obj",
     "stability.train_run.corpus": "obj", "stability.summarise.runs": "obj",
-    "stability.failures.runs": "obj", "stability.train_run.mitigations": "obj",
+    "stability.failures.runs": "obj", "stability.late_slope.run": "obj",
+    "stability.train_run.mitigations": "obj",
     "stability.mitigation_set.mitigations": "obj", "stability.arm_name.mitigations": "obj",
 }
 

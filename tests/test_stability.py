@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -135,6 +136,27 @@ def test_failures_by_hand():
         st.failures(runs, -1.0)
 
 
+def test_late_slope_fits_only_the_final_fraction():
+    t = np.arange(0, 201, 20)
+    h = np.where(t < 100, 9.0 - 0.05 * t, 4.0 - 0.002 * (t - 100))  # kink at 100
+    r = {"eval_steps": t.tolist(), "heldout_bits": h.tolist()}
+    assert math.isclose(st.late_slope(r), 0.2)           # per 100 steps
+    assert math.isclose(st.late_slope(r, frac=0.5), 0.2)
+    # the whole run: the least-squares line through both pieces, by hand
+    tc, hc = t - t.mean(), h - h.mean()
+    assert math.isclose(st.late_slope(r, frac=1.0), -100 * (tc @ hc) / (tc @ tc))
+    rising = {"eval_steps": [0, 10, 20], "heldout_bits": [3.0, 3.1, 3.2]}
+    assert math.isclose(st.late_slope(rising), -1.0)     # negative: rising
+    with pytest.raises(ValueError, match="frac"):
+        st.late_slope(r, frac=0.01)                      # one step left
+    with pytest.raises(ValueError, match="frac"):
+        st.late_slope(r, frac=0.0)
+    with pytest.raises(ValueError, match="run"):
+        st.late_slope({"eval_steps": [0, 10], "heldout_bits": [1.0]})
+    with pytest.raises(TypeError, match="run"):
+        st.late_slope({"heldout_bits": [1.0, 2.0]})
+
+
 def _fake(lrs=(1e-2, 1e-1), seeds=(0, 1), arms=("none", "zloss")):
     runs = []
     for lr in lrs:
@@ -202,6 +224,62 @@ def test_shipped_results_have_the_design_the_page_states():
     assert rows == R["cells"]
     # the page's main statement, on the shipped runs
     assert S["plain_none_logit1"] > 10 * S["qk_none_logit1"]
+
+
+def test_long_budget_check_counts_what_the_page_states():
+    """Chapter 8's check of the budget (data/stability_long.json), read with json
+    and numpy only: the stuck test, the spike test and the second-half slopes
+    written out here, against the counts the page glues from the module."""
+    R = json.loads(st.LONG.read_text())
+    short = json.loads(st.DATA.read_text())
+    assert R["args"]["out"] == "stability_long.json"        # no machine path
+    assert int(R["args"]["steps"]) == 4 * int(short["args"]["steps"])
+    assert R["git_commit"] != "unknown" and not R["git_commit"].endswith("+dirty")
+    runs, line = R["runs"], 0.9 * R["unigram_bits"]
+    assert len(runs) == 24 and all(r["diverged_at"] is None for r in runs)
+    lo, hi = sorted({r["lr"] for r in runs})
+    end = {(r["qk_norm"], r["arm"], r["seed"], r["lr"]): r["heldout_bits"][-1]
+           for r in runs}
+    stuck = {k[:3]: v >= line > end[k[:3] + (lo,)] for k, v in end.items() if k[3] == hi}
+    rise = [max(np.asarray(r["heldout_bits"]) - np.minimum.accumulate(r["heldout_bits"]))
+            for r in runs]
+    assert max(rise) < 1.0                                  # no spike
+    count = {(qk, a): sum(v for k, v in stuck.items() if k[:2] == (qk, a))
+             for qk in (False, True) for a in ("none", "all")}
+    assert count == {(False, "none"): 2, (False, "all"): 3,
+                     (True, "none"): 0, (True, "all"): 0}
+    # the module's counts are the same
+    S = st.summary(st.read_results(st.LONG))
+    assert [S[f"{t}_{a}_stuck1"] for t in ("plain", "qk") for a in ("none", "all")] \
+        == [count[(qk, a)] for qk in (False, True) for a in ("none", "all")]
+    assert S["failed"] == sum(count.values()) and S["diverged"] == 0
+    # the runs without QK-norm at the higher rate, by hand
+    plain = [r for r in runs if r["lr"] == hi and not r["qk_norm"]]
+    slopes = []
+    for r in plain:
+        t, h = np.asarray(r["eval_steps"], float), np.asarray(r["heldout_bits"])
+        k = t >= t[-1] / 2
+        tc = t[k] - t[k].mean()
+        slopes.append(-100 * (tc @ (h[k] - h[k].mean())) / (tc @ tc))
+    assert np.allclose(slopes, [st.late_slope(r) for r in plain])
+    assert sum(x > 0 for x in slopes) == len(plain) - 1     # one rises
+    assert sum(min(r["heldout_bits"]) < line for r in plain) == 2
+    # every one of them ends far above its own seed at the low rate and above
+    # its paired run with QK-norm
+    for r in plain:
+        k = (r["arm"], r["seed"])
+        assert r["heldout_bits"][-1] - end[(False, *k, lo)] > 1.0
+        assert r["heldout_bits"][-1] - end[(True, *k, hi)] > 1.1
+    # with no mitigation, the long runs are the short sweep's, continued
+    old = {(r["qk_norm"], r["lr"], r["seed"]): r for r in short["runs"]
+           if r["arm"] == "none"}
+    for r in (r for r in runs if r["arm"] == "none"):
+        o = old[(r["qk_norm"], r["lr"], r["seed"])]
+        shared = sorted(set(r["eval_steps"]) & set(o["eval_steps"]))
+        assert len(shared) == 17 and shared[-1] == 640
+        a = dict(zip(r["eval_steps"], r["heldout_bits"], strict=True))
+        b = dict(zip(o["eval_steps"], o["heldout_bits"], strict=True))
+        assert [a[t] for t in shared] == [b[t] for t in shared]
 
 
 def test_stability_figures_draw_the_runs():

@@ -39,7 +39,9 @@ For a few runs, the exact local Lipschitz constant of the stack of blocks
 checkpoints.
 
 Run ``python -m lipattn.book.stability --help``; the book's results are
-``data/stability.json`` (arguments and git commit recorded in it).
+``data/stability.json`` (arguments and git commit recorded in it), and
+``data/stability_long.json`` (:data:`LONG`), a check of the budget with four
+times the steps at two rates and two arms.
 """
 
 from __future__ import annotations
@@ -71,10 +73,13 @@ from .bytelm import _git_commit, heldout_bits, heldout_windows
 from .corpus import stdlib_corpus, unigram_entropy
 
 __all__ = ["build", "gain_bound", "max_logits", "mitigation_set", "arm_name", "train_run",
-           "failures", "summarise", "read_results", "summary", "main", "DATA", "MITIGATIONS",
-           "ARMS", "SPIKE", "STUCK", "BIG_LOGIT"]
+           "failures", "late_slope", "summarise", "read_results", "summary", "main", "DATA",
+           "LONG", "MITIGATIONS", "ARMS", "SPIKE", "STUCK", "BIG_LOGIT"]
 
 DATA = Path(__file__).resolve().parent / "data" / "stability.json"
+LONG = DATA.parent / "stability_long.json"
+"""A check of the budget: rates 0.01 and 0.3, no mitigation and all three, 3 seeds,
+2560 steps (four times :data:`DATA`'s), no constants."""
 LN2 = math.log(2.0)
 
 
@@ -372,6 +377,53 @@ def failures(runs: list[dict], unigram_bits: float, spike: float = SPIKE,
     return out
 
 
+def late_slope(run: dict, frac: float = 0.5) -> float:
+    r"""How fast a run's held-out loss still falls at its end, in bits/byte per
+    100 steps: minus the least-squares slope of its held-out bits/byte against
+    the step over the evaluations at steps at or after ``(1 - frac)`` times its
+    last evaluation step (positive: still descending; exact for the stored
+    values).
+
+    Parameters
+    ----------
+    run : dict
+        A :func:`train_run` record (``eval_steps``, ``heldout_bits``).
+    frac : float
+        The final fraction of the run's steps that is fitted, in (0, 1].
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    TypeError
+        If ``run`` is not such a record.
+    ValueError
+        If its steps and values are not finite or differ in length, or fewer
+        than two distinct evaluation steps fall in that final fraction. A
+        diverged run's record ends at its last evaluation, and so does the fit.
+    """
+    if not isinstance(run, dict) or not {"eval_steps", "heldout_bits"} <= set(run):
+        raise TypeError(f"run must be a train_run record (a dict with eval_steps and "
+                        f"heldout_bits); got {type(run).__name__}")
+    frac = as_float_in(frac, "frac", 0.0, 1.0, lo_open=True)
+    try:
+        t = np.asarray(run["eval_steps"], float)
+        h = np.asarray(run["heldout_bits"], float)
+    except (TypeError, ValueError):
+        t = h = np.zeros((0, 0))
+    if t.ndim != 1 or t.shape != h.shape or t.size < 2 or not np.isfinite(t).all() \
+            or not np.isfinite(h).all():
+        raise ValueError(f"run must have finite eval_steps and heldout_bits of one "
+                         f"length, at least 2; got shapes {t.shape} and {h.shape}")
+    late = t >= (1.0 - frac) * t.max()
+    if np.unique(t[late]).size < 2:
+        raise ValueError(f"frac = {frac:g} leaves fewer than two evaluation steps "
+                         f"to fit; got {np.unique(t[late]).size}")
+    return float(-100.0 * np.polyfit(t[late], h[late], 1)[0])
+
+
 def summarise(runs: list[dict], unigram_bits: float, spike: float = SPIKE,
               stuck: float = STUCK) -> list[dict]:
     """Per cell (qk_norm, mitigation arm, lr), sorted: the number of runs, how many
@@ -661,7 +713,10 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         for s in specs:
             keep(_one(s))
-    result = {"args": {k: str(v) for k, v in vars(a).items()}, "git_commit": commit,
+    args = {k: str(v) for k, v in vars(a).items()}
+    if a.out is not None:              # the file's name, not this machine's path
+        args["out"] = Path(a.out).name
+    result = {"args": args, "git_commit": commit,
               "model": {"layout": "llama", "n_layer": 2, "d": 64, "n_head": 4, "context": 64,
                         "batch": 16, "vocab": 256},
               "mitigations": {"warmup_frac": 0.1, "decay": 1e-3, "z_loss": 1e-4},
