@@ -234,6 +234,7 @@ def test_loss_summary_on_a_curve_worked_by_hand():
     assert s["flat_step"] == 400                               # |2.5 - 2| > 2 % at 300
     assert lm.loss_summary(train, flat_tol=0.01)["flat_step"] == 700   # 2.03: 1.5 % off
     assert s["train_T"] == 1.5 and s["gap_T"] == pytest.approx(0.5)
+    assert s["train_drop20"] == pytest.approx(3.0 - 1.5)     # steps 750-799 vs 950-999
     # the evaluation at or before 80 % of the steps when 80 % falls between two
     odd = {"heldout_curve": [[0, 5.0], [70, 3.0], [90, 2.0], [100, 1.5]], "train_bits": [1.0]}
     assert lm.loss_summary(odd)["loss_drop20"] == pytest.approx(3.0 - 1.5)

@@ -491,7 +491,8 @@ def loss_summary(train: dict, *, flat_tol: float = 0.02) -> dict[str, float]:
     value then, from the last evaluation at or before ``(1 - q/100)`` of the steps
     to the end; negative when it rose); ``flat_step``, the first evaluation step
     from which every later value is within ``flat_tol`` (relative) of the last;
-    ``train_T`` (mean training bits/byte over the last 5 % of the steps) and
+    ``train_T`` (mean training bits/byte over the last 5 % of the steps),
+    ``train_drop20`` (its fall from the 5 % of the steps before 80 % of them) and
     ``gap_T`` = ``loss_T - train_T``. Exact arithmetic on the recorded numbers."""
     train = as_result(train, "train", ("heldout_curve", "train_bits"),
                       producer="lipattn.book.bytelm.train")
@@ -514,7 +515,10 @@ def loss_summary(train: dict, *, flat_tol: float = 0.02) -> dict[str, float]:
         out[f"loss_drop{q}_pct"] = 100 * (then - last) / then
     off = np.abs(h - last) > tol * last
     out["flat_step"] = steps[0] if not off.any() else steps[np.flatnonzero(off)[-1] + 1]
-    out["train_T"] = bits[-max(1, round(0.05 * bits.size)):].mean()
+    k = max(1, round(0.05 * bits.size))
+    out["train_T"] = bits[-k:].mean()
+    cut = max(k, round(0.8 * bits.size))
+    out["train_drop20"] = bits[cut - k:cut].mean() - out["train_T"]
     out["gap_T"] = last - out["train_T"]
     return {k: float(v) for k, v in out.items()}
 
