@@ -155,6 +155,8 @@ def _cheap() -> dict[str, dict[str, Any]]:
     shipped = lm.read_measurements(lm.checkpoint_dir(weights=False), check=False)
     meas, traj = shipped["measure"], shipped["trajectory"]
     tiny_lm = bytelm.build(1, 8, 2, 8)[1]
+    curve = {"heldout_curve": [[0, 8.0], [10, 3.0], [20, 2.9]], "train_bits": [5.0, 3.0],
+             "unigram_bits": 4.5}
     qk_model = stability.build(True, 1, 8, 2)[0]
     sweep_runs = [{"qk_norm": qk, "arm": arm, "mitigations": [], "lr": lr, "seed": s,
                    "eval_steps": [0, 10], "heldout_bits": [8.0, 3.0 + lr],
@@ -211,6 +213,8 @@ def _cheap() -> dict[str, dict[str, Any]]:
         "lm.uniform_first_mass": dict(N=8),
         "lm.scale_alignment": dict(model=byte_model, meas={k: v[:2] for k, v in meas.items()}),
         "lm.trajectory_summary": dict(traj=traj), "lm.n_parameters": dict(model=byte_model),
+        "lm.loss_summary": dict(train=curve, flat_tol=0.02),
+        "viz.lm.fig_loss": dict(train=curve),
         "lm.recipe": dict(args={"decay": "cosine", "min_lr": "0.0003", "clip": "1.0"}),
         "viz.lm.byte_label": dict(b=97), "viz.lm.fig_constants": dict(meas=meas),
         "viz.lm.fig_trajectory": dict(traj=traj),

@@ -217,3 +217,27 @@ def test_recipe_and_parameter_count(ckpt):
     sd = random_state_dict("gpt2", L, D, HEADS, vocab=256, n_pos=CTX)
     n = sum(v.size for v in sd.values())
     assert lm.n_parameters(load(ckpt)) == n
+
+
+def test_loss_summary_on_a_curve_worked_by_hand():
+    """A held-out curve whose answers are read off by hand: it falls from 8 to about 2
+    and wobbles within 2 % of its last value 2.00 from step 400 on."""
+    curve = [[0, 8.0], [100, 4.0], [200, 3.0], [300, 2.5], [400, 2.03], [500, 1.99],
+             [600, 2.03], [700, 2.01], [800, 2.0], [900, 2.015], [1000, 2.0]]
+    train = {"heldout_curve": curve, "train_bits": [3.0] * 950 + [1.5] * 50}
+    s = lm.loss_summary(train)
+    assert s["loss_steps"] == 1000 and s["loss_T"] == 2.0
+    assert (s["loss_best"], s["loss_best_step"]) == (1.99, 500)
+    assert s["loss_drop20"] == pytest.approx(0.0)             # 800: 2.0 -> 2.0
+    assert s["loss_drop40"] == pytest.approx(0.03)            # 600: 2.03 -> 2.0
+    assert s["loss_drop40_pct"] == pytest.approx(100 * 0.03 / 2.03)
+    assert s["flat_step"] == 400                               # |2.5 - 2| > 2 % at 300
+    assert lm.loss_summary(train, flat_tol=0.01)["flat_step"] == 700   # 2.03: 1.5 % off
+    assert s["train_T"] == 1.5 and s["gap_T"] == pytest.approx(0.5)
+    assert s["train_drop20"] == pytest.approx(3.0 - 1.5)     # steps 750-799 vs 950-999
+    # the evaluation at or before 80 % of the steps when 80 % falls between two
+    odd = {"heldout_curve": [[0, 5.0], [70, 3.0], [90, 2.0], [100, 1.5]], "train_bits": [1.0]}
+    assert lm.loss_summary(odd)["loss_drop20"] == pytest.approx(3.0 - 1.5)
+    assert lm.loss_summary(odd)["loss_drop20_pct"] == pytest.approx(50.0)
+    with pytest.raises(ValueError, match="heldout_curve"):
+        lm.loss_summary({"heldout_curve": [[0, 1.0], [0, 2.0]], "train_bits": [1.0]})

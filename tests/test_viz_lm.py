@@ -60,3 +60,38 @@ def test_stability_explorer_draws_the_shipped_seeds():
                                [max(x) for x in r["max_logit"]])
         n = sum(F[i]["failed"] for _, i in rs)
         assert f": {n} of {len(rs)} seeds fail" in ex._title.get_text()
+
+
+def test_a_cell_whose_runs_all_diverged_is_drawn_not_left_out():
+    """fig_stability_lr marks a (rate, QK-norm, arm) cell with no finite run by a
+    cross in both panels, where its quantiles would be NaN; the shipped sweep has no
+    such cell and gets no cross."""
+    import copy
+
+    from lipattn.book import stability
+
+    res = stability.read_results()
+    crosses = lambda fig: [ln for ax in fig.axes for ln in ax.get_lines()  # noqa: E731
+                           if ln.get_marker() == "x"]
+    assert crosses(lmviz.fig_stability_lr(res)) == []
+    gone = copy.deepcopy(res)
+    top = max(r["lr"] for r in gone["runs"])
+    for r in gone["runs"]:
+        if r["lr"] == top and not r["qk_norm"]:
+            r["diverged_at"] = 1
+    marks = crosses(lmviz.fig_stability_lr(gone, arms=("none", "all")))
+    assert len(marks) == 2 * 2                     # 2 arms without QK-norm, 2 panels
+    for ln in marks:
+        assert np.allclose(ln.get_xdata(), top, rtol=0.1)
+    legend = [t.get_text() for t in lmviz.fig_stability_lr(gone).axes[0].get_legend().texts]
+    assert "all runs diverged" in legend
+
+
+def test_fig_loss_marks_where_the_held_out_loss_levels_off():
+    """The dotted vertical line sits at loss_summary's flat_step."""
+    curve = [[0, 8.0], [100, 3.0], [200, 2.2], [300, 2.01], [400, 2.0]]
+    train = {"heldout_curve": curve, "train_bits": [3.0] * 400, "unigram_bits": 4.5}
+    fig = lmviz.fig_loss(train)
+    vert = [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == ":"
+            and np.ptp(ln.get_xdata()) == 0]
+    assert len(vert) == 1 and vert[0].get_xdata()[0] == 300

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import as_bool, as_choice, as_count, as_counts, as_seed, as_tol
+from .._validate import as_bool, as_choice, as_count, as_counts, as_float_in, as_seed, as_tol
 from ..layers.attention import attention_logits
 from ..models import load
 from ..models.decoder import Decoder
@@ -53,7 +53,7 @@ __all__ = ["DATA", "MEASUREMENTS", "NAME", "PREFIXES", "checkpoint_dir", "weight
            "trajectory", "cached_trajectory", "precompute", "read_measurements",
            "constants_summary", "uniform_first_mass", "direction_summary",
            "trajectory_summary", "scale_alignment", "n_parameters",
-           "recipe", "main"]
+           "recipe", "loss_summary", "main"]
 
 #: The directory of the book's shipped checkpoints.
 DATA = Path(__file__).resolve().parent / "data"
@@ -478,6 +478,49 @@ def recipe(args: dict, lang: str = "en") -> str:
         clip = f"{num('clip'):g}"
         parts.append(f"梯度范数裁剪到 {clip}" if zh else f"gradient clipping at norm {clip}")
     return ("，" if zh else ", ").join(parts)
+
+
+def loss_summary(train: dict, *, flat_tol: float = 0.02) -> dict[str, float]:
+    """The held-out curve of ``training.json`` (as :mod:`lipattn.book.bytelm` writes
+    it) in numbers: how far the loss still fell at the end of training.
+
+    ``heldout_curve`` is a list of (step, bits/byte) pairs on fixed windows.
+    Returns ``loss_steps`` (the last step), ``loss_T`` (the last value),
+    ``loss_best`` and ``loss_best_step``; ``loss_drop{q}`` and
+    ``loss_drop{q}_pct`` for q = 20, 40 (the fall, in bits/byte and in % of the
+    value then, from the last evaluation at or before ``(1 - q/100)`` of the steps
+    to the end; negative when it rose); ``flat_step``, the first evaluation step
+    from which every later value is within ``flat_tol`` (relative) of the last;
+    ``train_T`` (mean training bits/byte over the last 5 % of the steps),
+    ``train_drop20`` (its fall from the 5 % of the steps before 80 % of them) and
+    ``gap_T`` = ``loss_T - train_T``. Exact arithmetic on the recorded numbers."""
+    train = as_result(train, "train", ("heldout_curve", "train_bits"),
+                      producer="lipattn.book.bytelm.train")
+    tol = as_float_in(flat_tol, "flat_tol", 0.0, 1.0, lo_open=True, hi_open=True)
+    curve = np.asarray(train["heldout_curve"], dtype=float)
+    if curve.ndim != 2 or curve.shape[1] != 2 or len(curve) < 2 \
+            or not np.all(np.isfinite(curve)) or np.any(np.diff(curve[:, 0]) <= 0):
+        raise ValueError("train['heldout_curve'] must be >= 2 finite (step, bits) pairs "
+                         f"with increasing steps; got shape {curve.shape}")
+    bits = np.asarray(train["train_bits"], dtype=float)
+    if bits.ndim != 1 or bits.size == 0 or not np.all(np.isfinite(bits)):
+        raise ValueError("train['train_bits'] must be a non-empty list of finite numbers")
+    steps, h = curve[:, 0], curve[:, 1]
+    T, last = steps[-1], h[-1]
+    out = {"loss_steps": T, "loss_T": last, "loss_best": h.min(),
+           "loss_best_step": steps[np.argmin(h)]}
+    for q in (20, 40):
+        then = h[np.searchsorted(steps, (1 - q / 100) * T, side="right") - 1]
+        out[f"loss_drop{q}"] = then - last
+        out[f"loss_drop{q}_pct"] = 100 * (then - last) / then
+    off = np.abs(h - last) > tol * last
+    out["flat_step"] = steps[0] if not off.any() else steps[np.flatnonzero(off)[-1] + 1]
+    k = max(1, round(0.05 * bits.size))
+    out["train_T"] = bits[-k:].mean()
+    cut = max(k, round(0.8 * bits.size))
+    out["train_drop20"] = bits[cut - k:cut].mean() - out["train_T"]
+    out["gap_T"] = last - out["train_T"]
+    return {k: float(v) for k, v in out.items()}
 
 
 # --------------------------------------------------------------------------

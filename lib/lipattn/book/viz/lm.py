@@ -18,7 +18,7 @@ from .. import plotting
 from .._check import as_result
 from ..widgets import Explorer, Slider
 
-__all__ = ["byte_label", "fig_constants", "fig_trajectory", "fig_stability_lr",
+__all__ = ["byte_label", "fig_loss", "fig_constants", "fig_trajectory", "fig_stability_lr",
            "fig_stability_training", "SensitiveDirectionExplorer", "StabilityExplorer"]
 
 #: Windows the explorer offers (the first of the precomputed ones).
@@ -36,6 +36,33 @@ def byte_label(b: int, lang: str = "en") -> str:
     if b in names:
         return names[b]
     return repr(chr(b)) if 33 <= b < 127 else f"0x{b:02x}"
+
+
+def fig_loss(train: dict) -> Figure:
+    """Bits per byte against the training step (``training.json``): the held-out
+    curve, the training loss (mean of each 100 steps), the held-out unigram entropy
+    and 0.7 times it; a dotted line at :func:`lipattn.book.lm.loss_summary`'s
+    ``flat_step``."""
+    s = _lm.loss_summary(train)
+    curve = np.asarray(train["heldout_curve"], dtype=float)
+    bits = np.asarray(train["train_bits"], dtype=float)
+    fig, ax = plotting.figure(1, height=3.2)
+    n = bits.size // 100 * 100
+    if n:
+        ax.plot(np.arange(50, n, 100) + 1, bits[:n].reshape(-1, 100).mean(axis=1),
+                color="C1", lw=1, label="training (mean of 100 steps)")
+    ax.plot(curve[:, 0], curve[:, 1], color="C0", lw=1.6, label="held-out")
+    if "unigram_bits" in train:
+        H = float(train["unigram_bits"])
+        ax.axhline(H, color=plotting.ONE_COLOR, ls="--", lw=1, label="unigram entropy")
+        ax.axhline(0.7 * H, color=plotting.ONE_COLOR, ls=":", lw=1, label="0.7 × unigram")
+    ax.axvline(s["flat_step"], color="C2", ls=":", lw=1.2,
+               label="held-out within 2 % of its last value")
+    ax.set_ylim(0.9 * min(curve[:, 1].min(), bits.min()), 5.0)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("bits per byte")
+    ax.legend(fontsize=7.5, loc="center right")
+    return fig
 
 
 def fig_constants(meas: dict) -> Figure:
@@ -120,7 +147,8 @@ def fig_stability_lr(result: dict, arms: tuple = ("none", "all")) -> Figure:
     ``arms``: the final held-out bits/byte (left) and the final largest attention
     logit of any layer (right, log scale, with QK-norm's gain bound dotted, arm
     ``none``); medians over seeds, bars from the 10 % to the 90 % quantile.
-    Diverged runs are left out of the quantiles."""
+    Diverged runs are left out of the quantiles; a cell whose runs all diverged
+    is drawn as a cross at the top of both panels."""
     runs, lrs = _sweep(result)
     arms = _arms(runs, arms)
     fig, (ax1, ax2) = plotting.figure(2, width=8.4, height=3.4)
@@ -129,6 +157,12 @@ def fig_stability_lr(result: dict, arms: tuple = ("none", "all")) -> Figure:
         col = "C1" if qk else "C0"
         lab = ("QK-norm" if qk else "no QK-norm") + ("" if arm == "none" else f", {arm}")
         x = np.array(lrs) * 1.04 ** (k - (len(combos) - 1) / 2)
+        gone = [all(r["diverged_at"] is not None for r in runs if r["lr"] == lr
+                    and r["qk_norm"] == qk and r["arm"] == arm) for lr in lrs]
+        for ax in (ax1, ax2) if any(gone) else ():
+            ax.plot(x[np.array(gone)], [0.97] * sum(gone), "x", color=col, ms=6,
+                    transform=ax.get_xaxis_transform(), clip_on=False,
+                    label="all runs diverged" if ax is ax1 and k == 0 else None)
         for ax, get in ((ax1, lambda r: r["heldout_bits"][-1]),
                         (ax2, lambda r: max(r["max_logit"][-1]))):
             q = np.array([np.quantile([get(r) for r in runs if r["lr"] == lr
