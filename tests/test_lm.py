@@ -241,3 +241,5 @@ def test_loss_summary_on_a_curve_worked_by_hand():
     assert lm.loss_summary(odd)["loss_drop20_pct"] == pytest.approx(50.0)
     with pytest.raises(ValueError, match="heldout_curve"):
         lm.loss_summary({"heldout_curve": [[0, 1.0], [0, 2.0]], "train_bits": [1.0]})
+    with pytest.raises(ValueError, match="heldout_curve"):     # would divide by 0
+        lm.loss_summary({"heldout_curve": [[0, 1.0], [10, 0.0]], "train_bits": [1.0]})

@@ -85,6 +85,15 @@ def test_a_cell_whose_runs_all_diverged_is_drawn_not_left_out():
         assert np.allclose(ln.get_xdata(), top, rtol=0.1)
     legend = [t.get_text() for t in lmviz.fig_stability_lr(gone).axes[0].get_legend().texts]
     assert "all runs diverged" in legend
+    qk_only = copy.deepcopy(res)                   # not the first arm drawn: still labelled
+    for r in qk_only["runs"]:
+        if r["lr"] == top and r["qk_norm"]:
+            r["diverged_at"] = 1
+    legend = [t.get_text() for t in lmviz.fig_stability_lr(qk_only).axes[0].get_legend().texts]
+    assert legend.count("all runs diverged") == 1
+    sparse = copy.deepcopy(res)                    # a cell with no runs is not "all diverged"
+    sparse["runs"] = [r for r in sparse["runs"] if not (r["lr"] == top and r["arm"] == "all")]
+    assert crosses(lmviz.fig_stability_lr(sparse, arms=("none", "all"))) == []
 
 
 def test_fig_loss_marks_where_the_held_out_loss_levels_off():

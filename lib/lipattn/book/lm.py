@@ -499,9 +499,10 @@ def loss_summary(train: dict, *, flat_tol: float = 0.02) -> dict[str, float]:
     tol = as_float_in(flat_tol, "flat_tol", 0.0, 1.0, lo_open=True, hi_open=True)
     curve = np.asarray(train["heldout_curve"], dtype=float)
     if curve.ndim != 2 or curve.shape[1] != 2 or len(curve) < 2 \
-            or not np.all(np.isfinite(curve)) or np.any(np.diff(curve[:, 0]) <= 0):
+            or not np.all(np.isfinite(curve)) or np.any(np.diff(curve[:, 0]) <= 0) \
+            or np.any(curve[:, 1] <= 0):
         raise ValueError("train['heldout_curve'] must be >= 2 finite (step, bits) pairs "
-                         f"with increasing steps; got shape {curve.shape}")
+                         f"with increasing steps and positive bits; got shape {curve.shape}")
     bits = np.asarray(train["train_bits"], dtype=float)
     if bits.ndim != 1 or bits.size == 0 or not np.all(np.isfinite(bits)):
         raise ValueError("train['train_bits'] must be a non-empty list of finite numbers")

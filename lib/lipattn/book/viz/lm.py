@@ -157,12 +157,14 @@ def fig_stability_lr(result: dict, arms: tuple = ("none", "all")) -> Figure:
         col = "C1" if qk else "C0"
         lab = ("QK-norm" if qk else "no QK-norm") + ("" if arm == "none" else f", {arm}")
         x = np.array(lrs) * 1.04 ** (k - (len(combos) - 1) / 2)
-        gone = [all(r["diverged_at"] is not None for r in runs if r["lr"] == lr
-                    and r["qk_norm"] == qk and r["arm"] == arm) for lr in lrs]
+        cells = [[r["diverged_at"] is not None for r in runs if r["lr"] == lr
+                  and r["qk_norm"] == qk and r["arm"] == arm] for lr in lrs]
+        gone = [bool(c) and all(c) for c in cells]       # a cell with runs, all diverged
         for ax in (ax1, ax2) if any(gone) else ():
+            first = not any(ln.get_label() == "all runs diverged" for ln in ax1.get_lines())
             ax.plot(x[np.array(gone)], [0.97] * sum(gone), "x", color=col, ms=6,
                     transform=ax.get_xaxis_transform(), clip_on=False,
-                    label="all runs diverged" if ax is ax1 and k == 0 else None)
+                    label="all runs diverged" if ax is ax1 and first else None)
         for ax, get in ((ax1, lambda r: r["heldout_bits"][-1]),
                         (ax2, lambda r: max(r["max_logit"][-1]))):
             q = np.array([np.quantile([get(r) for r in runs if r["lr"] == lr
